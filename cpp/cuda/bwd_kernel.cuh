@@ -1,0 +1,448 @@
+// Backward kernels (FlashAttention-2 algorithm 2 on SM80 mma.sync):
+//   bwd_preprocess_kernel  D = rowsum(dO * O), clears the fp32 dQ accumulator
+//   bwd_dkdv_kernel        per key tile: loops over the q heads of its kv
+//                          group and the query tiles; dK, dV in registers;
+//                          optionally dQ += dS K through fp32 atomics
+//   bwd_dq_kernel          deterministic dQ: per query tile, loops over keys
+//   bwd_dq_convert_kernel  fp32 accumulator * scale -> dq dtype
+#pragma once
+
+#include <cmath>
+
+#include "bwd_common.cuh"
+
+namespace jax_flash::cuda::bwd {
+
+// ---------------------------------------------------------------------------
+// One warp per (batch, head, query row).
+template <class Element>
+__global__ void __launch_bounds__(256)
+bwd_preprocess_kernel(const BwdParams p, float* __restrict__ dsum, float* __restrict__ dq_accum,
+                      int accum_dim) {
+  const int lane = threadIdx.x % 32;
+  const int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int64_t nwarps = int64_t(gridDim.x) * blockDim.x / 32;
+  const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
+  const Element* o = static_cast<const Element*>(p.o);
+  const Element* dout = static_cast<const Element*>(p.dout);
+  for (int64_t r = warp; r < rows; r += nwarps) {
+    const int i = int(r % p.seqlen_q);
+    const int64_t bh = r / p.seqlen_q;
+    const int h = int(bh % p.heads_q);
+    const int b = int(bh / p.heads_q);
+    const Element* orow = o + b * p.o_batch_stride + i * p.o_row_stride + h * p.o_head_stride;
+    const Element* drow = dout + b * p.do_batch_stride + i * p.do_row_stride + h * p.do_head_stride;
+    float acc = 0.f;
+    for (int e = lane; e < p.head_dim; e += 32) acc += float(orow[e]) * float(drow[e]);
+    CUTE_UNROLL
+    for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    if (lane == 0) dsum[r] = acc;
+    if (dq_accum != nullptr) {
+      float4* row = reinterpret_cast<float4*>(dq_accum + r * accum_dim);
+      for (int e = lane; e < accum_dim / 4; e += 32) row[e] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+  }
+}
+
+// One warp per (batch, head, query row): dq = scale * accumulator.
+template <class Element>
+__global__ void __launch_bounds__(256)
+bwd_dq_convert_kernel(const BwdParams p, const float* __restrict__ dq_accum, int accum_dim) {
+  const int lane = threadIdx.x % 32;
+  const int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int64_t nwarps = int64_t(gridDim.x) * blockDim.x / 32;
+  const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
+  Element* dq = static_cast<Element*>(p.dq);
+  for (int64_t r = warp; r < rows; r += nwarps) {
+    const int i = int(r % p.seqlen_q);
+    const int64_t bh = r / p.seqlen_q;
+    const int h = int(bh % p.heads_q);
+    const int b = int(bh / p.heads_q);
+    Element* out = dq + b * p.dq_batch_stride + i * p.dq_row_stride + h * p.dq_head_stride;
+    const float* in = dq_accum + r * accum_dim;
+    for (int e = lane; e < p.head_dim; e += 32) out[e] = Element(in[e] * p.scale);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// S (fp32, in place) -> P = exp2(S * scale * log2e - lse * log2e), zero where
+// masked. lse2(r) returns the row's lse in log2 units (+inf for rows that
+// must not contribute). row0/col0: global index of the tile's first row/col.
+template <class Acc, class Coords, class Lse2>
+__device__ __forceinline__ void scores_to_probs(Acc& s, Coords const& cs, Lse2 const& lse2,
+                                                float scale_log2, bool mask, bool causal,
+                                                int row0, int col0, int seqlen_k) {
+  Tensor srr = make_tensor(s.data(), rowcol(s.layout()));
+  Tensor crr = make_tensor(cs.data(), rowcol(cs.layout()));
+  CUTE_UNROLL
+  for (int mi = 0; mi < size<0>(srr); ++mi) {
+    const int r = get<0>(crr(mi, 0));
+    const float l2 = lse2(mi, r);
+    if (!mask) {
+      CUTE_UNROLL
+      for (int ni = 0; ni < size<1>(srr); ++ni) srr(mi, ni) = exp2f(srr(mi, ni) * scale_log2 - l2);
+    } else {
+      const int row = row0 + r;
+      CUTE_UNROLL
+      for (int ni = 0; ni < size<1>(srr); ++ni) {
+        const int col = col0 + get<1>(crr(mi, ni));
+        const bool keep = col < seqlen_k && (!causal || col <= row);
+        srr(mi, ni) = keep ? exp2f(srr(mi, ni) * scale_log2 - l2) : 0.f;
+      }
+    }
+  }
+}
+
+// dP (in place) -> dS = P * (dP - D).
+template <class AccP, class AccdP, class Coords, class Dsum>
+__device__ __forceinline__ void probs_to_dscores(AccP const& pr, AccdP& dp, Coords const& cs,
+                                                 Dsum const& dsum) {
+  Tensor prr = make_tensor(pr.data(), rowcol(pr.layout()));
+  Tensor drr = make_tensor(dp.data(), rowcol(dp.layout()));
+  Tensor crr = make_tensor(cs.data(), rowcol(cs.layout()));
+  CUTE_UNROLL
+  for (int mi = 0; mi < size<0>(drr); ++mi) {
+    const float d = dsum(mi, get<0>(crr(mi, 0)));
+    CUTE_UNROLL
+    for (int ni = 0; ni < size<1>(drr); ++ni) drr(mi, ni) = prr(mi, ni) * (drr(mi, ni) - d);
+  }
+}
+
+__device__ __forceinline__ float lse_to_log2(float l) {
+  return l == -INFINITY ? INFINITY : l * kLog2e;
+}
+
+// Write an fp32 accumulator tile as Element pairs into swizzled smem.
+template <class Element, class Acc, class Coords, class SLayout>
+__device__ __forceinline__ void acc_to_smem(Acc const& acc, Coords const& cs, Element* smem,
+                                            SLayout const& sl) {
+  CUTE_UNROLL
+  for (int i = 0; i < size(acc); i += 2) {
+    const int r = get<0>(cs(i)), c = get<1>(cs(i));
+    *reinterpret_cast<uint32_t*>(smem + sl(r, c)) = pack2<Element>(acc(i), acc(i + 1));
+  }
+}
+
+// ---------------------------------------------------------------------------
+// dK/dV (and, with kAtomicDq, the dQ partial sums) for one key tile.
+template <class Cfg, bool kAtomicDq>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+bwd_dkdv_kernel(const BwdParams p, const float* __restrict__ dsum, float* __restrict__ dq_accum,
+                const bool vec_ok, const bool pair_ok) {
+  using Element = typename Cfg::Element;
+  constexpr int M = Cfg::kBlockM, N = Cfg::kBlockN, D = Cfg::kHeadDim, T = Cfg::kThreads;
+  using TQ = typename Cfg::TileQ;
+  using TK = typename Cfg::TileK;
+  using TP = typename Cfg::TileP;
+
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  Element* sQ_ptr = reinterpret_cast<Element*>(smem_raw);  // 2 stages
+  Element* sdO_ptr = sQ_ptr + 2 * TQ::kElems;               // 2 stages
+  Element* sK_ptr = sdO_ptr + 2 * TQ::kElems;
+  Element* sV_ptr = sK_ptr + TK::kElems;
+  Element* sP_ptr = sV_ptr + TK::kElems;
+  Element* sdS_ptr = sP_ptr + TP::kElems;
+  float* sLse = reinterpret_cast<float*>(sdS_ptr + TP::kElems);  // 2 stages of M
+  float* sDsum = sLse + 2 * M;                                     // 2 stages of M
+
+  const int tid = threadIdx.x;
+  const int nb = blockIdx.x, hkv = blockIdx.y, b = blockIdx.z;
+  const int Sq = p.seqlen_q, Sk = p.seqlen_k, hd = p.head_dim;
+  const int group = p.heads_q / p.heads_kv;
+  const int n0 = nb * N;
+  const int m_begin = p.causal ? n0 / M : 0;
+  const int m_end = (Sq + M - 1) / M;
+  const int nm = m_end > m_begin ? m_end - m_begin : 0;
+  const int total = group * nm;
+
+  const Element* q = static_cast<const Element*>(p.q);
+  const Element* dout = static_cast<const Element*>(p.dout);
+
+  // K, V: once.
+  {
+    const Element* kg = static_cast<const Element*>(p.k) + b * p.k_batch_stride +
+                        int64_t(n0) * p.k_row_stride + hkv * p.k_head_stride;
+    const Element* vg = static_cast<const Element*>(p.v) + b * p.v_batch_stride +
+                        int64_t(n0) * p.v_row_stride + hkv * p.v_head_stride;
+    load_tile<N, D, T>(sK_ptr, typename TK::Layout{}, kg, p.k_row_stride, Sk - n0, hd, vec_ok, tid);
+    load_tile<N, D, T>(sV_ptr, typename TK::Layout{}, vg, p.v_row_stride, Sk - n0, hd, vec_ok, tid);
+  }
+  // Q, dO, lse, D of iteration `it` into stage `st`.
+  auto issue = [&](int it, int st) {
+    const int h = hkv * group + it / nm;
+    const int m0 = (m_begin + it % nm) * M;
+    const Element* qg = q + b * p.q_batch_stride + int64_t(m0) * p.q_row_stride + h * p.q_head_stride;
+    const Element* dg =
+        dout + b * p.do_batch_stride + int64_t(m0) * p.do_row_stride + h * p.do_head_stride;
+    load_tile<M, D, T>(sQ_ptr + st * TQ::kElems, typename TQ::Layout{}, qg, p.q_row_stride,
+                       Sq - m0, hd, vec_ok, tid);
+    load_tile<M, D, T>(sdO_ptr + st * TQ::kElems, typename TQ::Layout{}, dg, p.do_row_stride,
+                       Sq - m0, hd, vec_ok, tid);
+    const int64_t row_base = (int64_t(b) * p.heads_q + h) * Sq + m0;
+    for (int r = tid; r < M; r += T) {
+      const bool valid = m0 + r < Sq;
+      cp_async4(sLse + st * M + r, p.lse + (valid ? row_base + r : 0), valid);
+      cp_async4(sDsum + st * M + r, dsum + (valid ? row_base + r : 0), valid);
+    }
+  };
+  if (total > 0) issue(0, 0);
+  cp_async_commit();
+
+  // MMAs, copies and register fragments.
+  typename Cfg::MmaSdP mma_sdp;
+  typename Cfg::MmadKV mma_dkv;
+  typename Cfg::MmadQ mma_dq;
+  auto thr_sdp = mma_sdp.get_thread_slice(tid);
+  auto thr_dkv = mma_dkv.get_thread_slice(tid);
+  auto thr_dq = mma_dq.get_thread_slice(tid);
+
+  using LdsmN = Copy_Atom<SM75_U32x4_LDSM_N, Element>;
+  using LdsmT = Copy_Atom<SM75_U16x8_LDSM_T, Element>;
+  auto cpA_sdp = make_tiled_copy_A(LdsmN{}, mma_sdp);
+  auto cpB_sdp = make_tiled_copy_B(LdsmN{}, mma_sdp);
+  auto cpA_dkv = make_tiled_copy_A(LdsmT{}, mma_dkv);
+  auto cpB_dkv = make_tiled_copy_B(LdsmT{}, mma_dkv);
+  auto cpA_dq = make_tiled_copy_A(LdsmN{}, mma_dq);
+  auto cpB_dq = make_tiled_copy_B(LdsmT{}, mma_dq);
+  auto tcA_sdp = cpA_sdp.get_thread_slice(tid);
+  auto tcB_sdp = cpB_sdp.get_thread_slice(tid);
+  auto tcA_dkv = cpA_dkv.get_thread_slice(tid);
+  auto tcB_dkv = cpB_dkv.get_thread_slice(tid);
+  auto tcA_dq = cpA_dq.get_thread_slice(tid);
+  auto tcB_dq = cpB_dq.get_thread_slice(tid);
+
+  Tensor sK = make_tensor(make_smem_ptr(sK_ptr), typename TK::Layout{});
+  Tensor sV = make_tensor(make_smem_ptr(sV_ptr), typename TK::Layout{});
+  Tensor sKt = make_tensor(make_smem_ptr(sK_ptr), typename TK::Transposed{});
+  Tensor sP = make_tensor(make_smem_ptr(sP_ptr), typename TP::Layout{});
+  Tensor sPt = make_tensor(make_smem_ptr(sP_ptr), typename TP::Transposed{});
+  Tensor sdS = make_tensor(make_smem_ptr(sdS_ptr), typename TP::Layout{});
+  Tensor sdSt = make_tensor(make_smem_ptr(sdS_ptr), typename TP::Transposed{});
+
+  Tensor tSrQ = thr_sdp.partition_fragment_A(shape_only<Element, M, D>());
+  Tensor tSrK = thr_sdp.partition_fragment_B(shape_only<Element, N, D>());
+  Tensor tSrdO = thr_sdp.partition_fragment_A(shape_only<Element, M, D>());
+  Tensor tSrV = thr_sdp.partition_fragment_B(shape_only<Element, N, D>());
+  Tensor tdVrPt = thr_dkv.partition_fragment_A(shape_only<Element, N, M>());
+  Tensor tdVrdOt = thr_dkv.partition_fragment_B(shape_only<Element, D, M>());
+  Tensor tdKrdSt = thr_dkv.partition_fragment_A(shape_only<Element, N, M>());
+  Tensor tdKrQt = thr_dkv.partition_fragment_B(shape_only<Element, D, M>());
+  Tensor tdQrdS = thr_dq.partition_fragment_A(shape_only<Element, M, N>());
+  Tensor tdQrKt = thr_dq.partition_fragment_B(shape_only<Element, D, N>());
+
+  Tensor tSsK = tcB_sdp.partition_S(sK);
+  Tensor tSsV = tcB_sdp.partition_S(sV);
+  Tensor tdVsPt = tcA_dkv.partition_S(sPt);
+  Tensor tdKsdSt = tcA_dkv.partition_S(sdSt);
+  Tensor tdQsdS = tcA_dq.partition_S(sdS);
+  Tensor tdQsKt = tcB_dq.partition_S(sKt);
+
+  Tensor cS = thr_sdp.partition_C(make_identity_tensor(Shape<Int<M>, Int<N>>{}));
+  Tensor cKV = thr_dkv.partition_C(make_identity_tensor(Shape<Int<N>, Int<D>>{}));
+  Tensor cQ = thr_dq.partition_C(make_identity_tensor(Shape<Int<M>, Int<D>>{}));
+
+  Tensor acc_dk = partition_fragment_C(mma_dkv, Shape<Int<N>, Int<D>>{});
+  Tensor acc_dv = partition_fragment_C(mma_dkv, Shape<Int<N>, Int<D>>{});
+  clear(acc_dk);
+  clear(acc_dv);
+
+  const float scale_log2 = p.scale * kLog2e;
+
+  for (int it = 0; it < total; ++it) {
+    const int st = it & 1;
+    const int h = hkv * group + it / nm;
+    const int m0 = (m_begin + it % nm) * M;
+    cp_async_wait_all();
+    __syncthreads();
+    if (it + 1 < total) issue(it + 1, st ^ 1);
+    cp_async_commit();
+
+    Tensor sQ = make_tensor(make_smem_ptr(sQ_ptr + st * TQ::kElems), typename TQ::Layout{});
+    Tensor sQt = make_tensor(make_smem_ptr(sQ_ptr + st * TQ::kElems), typename TQ::Transposed{});
+    Tensor sdO = make_tensor(make_smem_ptr(sdO_ptr + st * TQ::kElems), typename TQ::Layout{});
+    Tensor sdOt = make_tensor(make_smem_ptr(sdO_ptr + st * TQ::kElems), typename TQ::Transposed{});
+    const float* lse_st = sLse + st * M;
+    const float* dsum_st = sDsum + st * M;
+
+    // S = Q K^T -> P.
+    Tensor acc_s = partition_fragment_C(mma_sdp, Shape<Int<M>, Int<N>>{});
+    clear(acc_s);
+    gemm_ss(mma_sdp, acc_s, tSrQ, tSrK, tcA_sdp.partition_S(sQ), tSsK, cpA_sdp, cpB_sdp, tcA_sdp,
+            tcB_sdp);
+    const bool mask = (p.causal && m0 < n0 + N - 1) || (n0 + N > Sk);
+    scores_to_probs(acc_s, cS, [&](int, int r) { return lse_to_log2(lse_st[r]); }, scale_log2, mask,
+                    p.causal, m0, n0, Sk);
+
+    // dP = dO V^T -> dS = P (dP - D).
+    Tensor acc_dp = partition_fragment_C(mma_sdp, Shape<Int<M>, Int<N>>{});
+    clear(acc_dp);
+    gemm_ss(mma_sdp, acc_dp, tSrdO, tSrV, tcA_sdp.partition_S(sdO), tSsV, cpA_sdp, cpB_sdp,
+            tcA_sdp, tcB_sdp);
+    probs_to_dscores(acc_s, acc_dp, cS, [&](int, int r) { return dsum_st[r]; });
+
+    acc_to_smem(acc_s, cS, sP_ptr, typename TP::Layout{});
+    acc_to_smem(acc_dp, cS, sdS_ptr, typename TP::Layout{});
+    __syncthreads();
+
+    // dV += P^T dO, dK += dS^T Q.
+    gemm_ss(mma_dkv, acc_dv, tdVrPt, tdVrdOt, tdVsPt, tcB_dkv.partition_S(sdOt), cpA_dkv, cpB_dkv,
+            tcA_dkv, tcB_dkv);
+    gemm_ss(mma_dkv, acc_dk, tdKrdSt, tdKrQt, tdKsdSt, tcB_dkv.partition_S(sQt), cpA_dkv, cpB_dkv,
+            tcA_dkv, tcB_dkv);
+
+    if constexpr (kAtomicDq) {
+      // dQ (unscaled) += dS K, fp32 atomics into [b, h, row, D].
+      Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<M>, Int<D>>{});
+      clear(acc_dq);
+      gemm_ss(mma_dq, acc_dq, tdQrdS, tdQrKt, tdQsdS, tdQsKt, cpA_dq, cpB_dq, tcA_dq, tcB_dq);
+      float* base = dq_accum + ((int64_t(b) * p.heads_q + h) * Sq + m0) * D;
+      CUTE_UNROLL
+      for (int i = 0; i < size(acc_dq); i += 2) {
+        const int r = get<0>(cQ(i)), c = get<1>(cQ(i));
+        if (m0 + r < Sq) {
+          float* dst = base + int64_t(r) * D + c;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+          atomicAdd(reinterpret_cast<float2*>(dst), make_float2(acc_dq(i), acc_dq(i + 1)));
+#else
+          atomicAdd(dst, acc_dq(i));
+          atomicAdd(dst + 1, acc_dq(i + 1));
+#endif
+        }
+      }
+    }
+  }
+
+  // Epilogue: dK = scale * dS^T Q, dV.
+  Element* dk = static_cast<Element*>(p.dk) + b * p.dk_batch_stride + int64_t(n0) * p.dk_row_stride +
+                hkv * p.dk_head_stride;
+  Element* dv = static_cast<Element*>(p.dv) + b * p.dv_batch_stride + int64_t(n0) * p.dv_row_stride +
+                hkv * p.dv_head_stride;
+  store_acc(acc_dk, cKV, dk, p.dk_row_stride, Sk - n0, hd, p.scale, pair_ok);
+  store_acc(acc_dv, cKV, dv, p.dv_row_stride, Sk - n0, hd, 1.f, pair_ok);
+}
+
+// ---------------------------------------------------------------------------
+// Deterministic dQ for one query tile: loops over the key tiles, dS stays in
+// registers as the A operand of dQ += dS K. Writes dq directly.
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+bwd_dq_kernel(const BwdParams p, const float* __restrict__ dsum, const bool vec_ok,
+              const bool pair_ok) {
+  using Element = typename Cfg::Element;
+  constexpr int M = Cfg::kBlockM, N = Cfg::kBlockN, D = Cfg::kHeadDim, T = Cfg::kThreads;
+  using TQ = typename Cfg::TileQ;
+  using TK = typename Cfg::TileK;
+
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  Element* sQ_ptr = reinterpret_cast<Element*>(smem_raw);
+  Element* sdO_ptr = sQ_ptr + TQ::kElems;
+  Element* sK_ptr = sdO_ptr + TQ::kElems;   // 2 stages
+  Element* sV_ptr = sK_ptr + 2 * TK::kElems;  // 2 stages
+
+  const int tid = threadIdx.x;
+  const int mb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int Sq = p.seqlen_q, Sk = p.seqlen_k, hd = p.head_dim;
+  const int hkv = h / (p.heads_q / p.heads_kv);
+  const int m0 = mb * M;
+  int n_end = (Sk + N - 1) / N;
+  if (p.causal) n_end = min(n_end, (min(m0 + M, Sq) + N - 1) / N);
+
+  {
+    const Element* qg = static_cast<const Element*>(p.q) + b * p.q_batch_stride +
+                        int64_t(m0) * p.q_row_stride + h * p.q_head_stride;
+    const Element* dg = static_cast<const Element*>(p.dout) + b * p.do_batch_stride +
+                        int64_t(m0) * p.do_row_stride + h * p.do_head_stride;
+    load_tile<M, D, T>(sQ_ptr, typename TQ::Layout{}, qg, p.q_row_stride, Sq - m0, hd, vec_ok, tid);
+    load_tile<M, D, T>(sdO_ptr, typename TQ::Layout{}, dg, p.do_row_stride, Sq - m0, hd, vec_ok,
+                       tid);
+  }
+  const Element* kbase =
+      static_cast<const Element*>(p.k) + b * p.k_batch_stride + hkv * p.k_head_stride;
+  const Element* vbase =
+      static_cast<const Element*>(p.v) + b * p.v_batch_stride + hkv * p.v_head_stride;
+  auto issue = [&](int n, int st) {
+    const int n0 = n * N;
+    load_tile<N, D, T>(sK_ptr + st * TK::kElems, typename TK::Layout{},
+                       kbase + int64_t(n0) * p.k_row_stride, p.k_row_stride, Sk - n0, hd, vec_ok,
+                       tid);
+    load_tile<N, D, T>(sV_ptr + st * TK::kElems, typename TK::Layout{},
+                       vbase + int64_t(n0) * p.v_row_stride, p.v_row_stride, Sk - n0, hd, vec_ok,
+                       tid);
+  };
+  if (n_end > 0) issue(0, 0);
+  cp_async_commit();
+
+  typename Cfg::Mma mma;
+  auto thr = mma.get_thread_slice(tid);
+  using LdsmN = Copy_Atom<SM75_U32x4_LDSM_N, Element>;
+  using LdsmT = Copy_Atom<SM75_U16x8_LDSM_T, Element>;
+  auto cpA = make_tiled_copy_A(LdsmN{}, mma);
+  auto cpB = make_tiled_copy_B(LdsmN{}, mma);
+  auto cpBt = make_tiled_copy_B(LdsmT{}, mma);
+  auto tcA = cpA.get_thread_slice(tid);
+  auto tcB = cpB.get_thread_slice(tid);
+  auto tcBt = cpBt.get_thread_slice(tid);
+
+  Tensor sQ = make_tensor(make_smem_ptr(sQ_ptr), typename TQ::Layout{});
+  Tensor sdO = make_tensor(make_smem_ptr(sdO_ptr), typename TQ::Layout{});
+  Tensor tSsQ = tcA.partition_S(sQ);
+  Tensor tSsdO = tcA.partition_S(sdO);
+  Tensor tSrQ = thr.partition_fragment_A(shape_only<Element, M, D>());
+  Tensor tSrdO = thr.partition_fragment_A(shape_only<Element, M, D>());
+  Tensor tSrK = thr.partition_fragment_B(shape_only<Element, N, D>());
+  Tensor tSrV = thr.partition_fragment_B(shape_only<Element, N, D>());
+  Tensor tdQrKt = thr.partition_fragment_B(shape_only<Element, D, N>());
+
+  Tensor cS = thr.partition_C(make_identity_tensor(Shape<Int<M>, Int<N>>{}));
+  Tensor cQ = thr.partition_C(make_identity_tensor(Shape<Int<M>, Int<D>>{}));
+
+  // Per-thread rows: lse (log2 units) and D.
+  Tensor crr = make_tensor(cS.data(), rowcol(cS.layout()));
+  constexpr int kRows = decltype(size<0>(crr))::value;
+  float lse2[kRows], dsr[kRows];
+  CUTE_UNROLL
+  for (int i = 0; i < kRows; ++i) {
+    const int row = m0 + get<0>(crr(i, 0));
+    const int64_t idx = (int64_t(b) * p.heads_q + h) * Sq + row;
+    lse2[i] = row < Sq ? lse_to_log2(p.lse[idx]) : INFINITY;
+    dsr[i] = row < Sq ? dsum[idx] : 0.f;
+  }
+  Tensor acc_dq = partition_fragment_C(mma, Shape<Int<M>, Int<D>>{});
+  clear(acc_dq);
+  const float scale_log2 = p.scale * kLog2e;
+
+  for (int n = 0; n < n_end; ++n) {
+    const int st = n & 1;
+    const int n0 = n * N;
+    cp_async_wait_all();
+    __syncthreads();
+    if (n + 1 < n_end) issue(n + 1, st ^ 1);
+    cp_async_commit();
+
+    Tensor sK = make_tensor(make_smem_ptr(sK_ptr + st * TK::kElems), typename TK::Layout{});
+    Tensor sKt = make_tensor(make_smem_ptr(sK_ptr + st * TK::kElems), typename TK::Transposed{});
+    Tensor sV = make_tensor(make_smem_ptr(sV_ptr + st * TK::kElems), typename TK::Layout{});
+
+    Tensor acc_s = partition_fragment_C(mma, Shape<Int<M>, Int<N>>{});
+    clear(acc_s);
+    gemm_ss(mma, acc_s, tSrQ, tSrK, tSsQ, tcB.partition_S(sK), cpA, cpB, tcA, tcB);
+    const bool mask = (p.causal && n0 + N - 1 > m0) || (n0 + N > Sk);
+    scores_to_probs(acc_s, cS, [&](int i, int) { return lse2[i]; }, scale_log2, mask,
+                    p.causal, m0, n0, Sk);
+
+    Tensor acc_dp = partition_fragment_C(mma, Shape<Int<M>, Int<N>>{});
+    clear(acc_dp);
+    gemm_ss(mma, acc_dp, tSrdO, tSrV, tSsdO, tcB.partition_S(sV), cpA, cpB, tcA, tcB);
+    probs_to_dscores(acc_s, acc_dp, cS, [&](int i, int) { return dsr[i]; });
+
+    Tensor rdS = convert_frag<Element>(acc_dp);
+    Tensor rdS_a = make_tensor(rdS.data(), acc_as_a(rdS.layout()));
+    gemm_rs(mma, acc_dq, rdS_a, tdQrKt, tcBt.partition_S(sKt), cpBt, tcBt);
+  }
+
+  Element* dq = static_cast<Element*>(p.dq) + b * p.dq_batch_stride + int64_t(m0) * p.dq_row_stride +
+                h * p.dq_head_stride;
+  store_acc(acc_dq, cQ, dq, p.dq_row_stride, Sq - m0, hd, p.scale, pair_ok);
+}
+
+}  // namespace jax_flash::cuda::bwd

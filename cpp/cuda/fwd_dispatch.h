@@ -1,0 +1,15 @@
+// Declarations shared by fwd_launch.cu (dispatch, no CuTe) and the
+// per-(dtype, head dim) instantiation files.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "params.h"
+
+namespace jax_flash::cuda {
+
+// Forward on the kernel compiled for head dim kHeadDim (>= params.head_dim).
+template <DType kDType, int kHeadDim>
+cudaError_t run_fwd_hdim(const FwdParams& params, bool vec_ok, cudaStream_t stream);
+
+}  // namespace jax_flash::cuda

@@ -1,0 +1,188 @@
+// FlashAttention-2 forward for SM80+ (mma.sync), one CTA per
+// (query tile, head, batch). Q tile in smem for the whole CTA; K and V tiles
+// stream through one smem buffer each with cp.async: V(j) loads while
+// S = Q K(j)^T is computed, K(j-1) loads while the softmax and O += P V(j) run.
+// Key tiles are visited from the last one down, so the only tiles that need a
+// mask (key end, causal diagonal) come first.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include <cute/tensor.hpp>
+
+#include "cuda/kernel_traits.cuh"
+#include "cuda/mask.cuh"
+#include "cuda/softmax.cuh"
+#include "cuda/utils.cuh"
+#include "params.h"
+
+namespace jax_flash::cuda::fwd {
+
+struct FwdArgs {
+  FwdParams p;
+  float scale_log2;  // scale * log2(e)
+};
+
+// kVec: 16 B vector access is legal for every row of q, k, v, o (aligned
+// pointers and strides, head_dim % 8 == 0); otherwise element-wise copies.
+template <class Traits, bool kVec>
+__global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(const __grid_constant__ FwdArgs args) {
+  using Element = typename Traits::Element;
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kBlockN = Traits::kBlockN;
+  constexpr int kHeadDim = Traits::kHeadDim;
+
+  extern __shared__ __align__(128) char smem_raw[];
+
+  const FwdParams& p = args.p;
+  const int tid = threadIdx.x;
+  // Causal: the longest rows (most key tiles) are scheduled first.
+  const int m_block = p.causal ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
+  const int head = blockIdx.y;
+  const int batch = blockIdx.z;
+  const int head_kv = head / (p.heads_q / p.heads_kv);
+  const int row0 = m_block * kBlockM;
+  const int rows_left = p.seqlen_q - row0;
+  const int head_dim = p.head_dim;
+
+  int n_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
+  if (p.causal) {
+    const int last_row = min(row0 + kBlockM, p.seqlen_q);  // exclusive
+    n_blocks = min(n_blocks, (last_row + kBlockN - 1) / kBlockN);
+  }
+
+  // ---- global tensors (BTNH, int64 strides) ----
+  const Element* q_ptr = static_cast<const Element*>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride;
+  const Element* k_ptr = static_cast<const Element*>(p.k) + batch * p.k_batch_stride + head_kv * p.k_head_stride;
+  const Element* v_ptr = static_cast<const Element*>(p.v) + batch * p.v_batch_stride + head_kv * p.v_head_stride;
+  Element* o_ptr = static_cast<Element*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride;
+
+  Tensor mQ = make_tensor(make_gmem_ptr(q_ptr), make_shape(p.seqlen_q, Int<kHeadDim>{}), make_stride(p.q_row_stride, _1{}));
+  Tensor mK = make_tensor(make_gmem_ptr(k_ptr), make_shape(p.seqlen_k, Int<kHeadDim>{}), make_stride(p.k_row_stride, _1{}));
+  Tensor mV = make_tensor(make_gmem_ptr(v_ptr), make_shape(p.seqlen_k, Int<kHeadDim>{}), make_stride(p.v_row_stride, _1{}));
+  Tensor mO = make_tensor(make_gmem_ptr(o_ptr), make_shape(p.seqlen_q, Int<kHeadDim>{}), make_stride(p.o_row_stride, _1{}));
+  Tensor gQ = local_tile(mQ, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(m_block, 0));
+  Tensor gO = local_tile(mO, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(m_block, 0));
+  Tensor gK = local_tile(mK, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, 0));  // (BN, D, n)
+  Tensor gV = local_tile(mV, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, 0));
+
+  // ---- shared memory: [Q | K | V]; O reuses Q at the end ----
+  Tensor sQ = make_tensor(make_smem_ptr(reinterpret_cast<Element*>(smem_raw)), typename Traits::SmemLayoutQ{});
+  Tensor sK = make_tensor(sQ.data() + size(sQ), typename Traits::SmemLayoutKV{});
+  Tensor sV = make_tensor(sK.data() + size(sK), typename Traits::SmemLayoutKV{});
+  Tensor sVt = make_tensor(sV.data(), typename Traits::SmemLayoutVt{});
+  Tensor sVtPlain = make_tensor(sV.data().get(), typename Traits::SmemLayoutVtPlain{});
+
+  // ---- gmem -> smem copies ----
+  typename Traits::GmemCopyIn gcopy;
+  auto gthr = gcopy.get_thread_slice(tid);
+  Tensor tQg = gthr.partition_S(gQ);
+  Tensor tQs = gthr.partition_D(sQ);
+  Tensor tKg = gthr.partition_S(gK);  // (CPY, CPY_N, CPY_K, n)
+  Tensor tKs = gthr.partition_D(sK);
+  Tensor tVg = gthr.partition_S(gV);
+  Tensor tVs = gthr.partition_D(sV);
+  Tensor tQc = gthr.partition_S(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  Tensor tKVc = gthr.partition_S(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+
+  // ---- MMA partitions ----
+  typename Traits::TiledMma mma;
+  auto thr_mma = mma.get_thread_slice(tid);
+  Tensor rQ = thr_mma.partition_fragment_A(sQ);
+  Tensor rK = thr_mma.partition_fragment_B(sK);
+  Tensor rVt = thr_mma.partition_fragment_B(sVtPlain);
+  Tensor acc_o = partition_fragment_C(mma, Shape<Int<kBlockM>, Int<kHeadDim>>{});
+
+  auto s2r_q = make_tiled_copy_A(typename Traits::SmemCopyAtom{}, mma);
+  auto s2r_k = make_tiled_copy_B(typename Traits::SmemCopyAtom{}, mma);
+  auto s2r_v = make_tiled_copy_B(typename Traits::SmemCopyAtomT{}, mma);
+  Tensor sQ_part = s2r_q.get_thread_slice(tid).partition_S(sQ);
+  Tensor sK_part = s2r_k.get_thread_slice(tid).partition_S(sK);
+  Tensor sVt_part = s2r_v.get_thread_slice(tid).partition_S(sVt);
+
+  // (row, col) inside the S tile of every accumulator value.
+  Tensor tSc = thr_mma.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
+
+  constexpr int kRows = 2 * decltype(size<1>(acc_o))::value;
+  OnlineSoftmax<kRows> softmax;
+  clear(acc_o);
+
+  const float scale_log2 = args.scale_log2;
+
+  int n_block = n_blocks - 1;
+  if (n_block >= 0) {
+    load_tile<kVec>(gcopy, tQg, tQs, tQc, rows_left, head_dim);
+    load_tile<kVec>(gcopy, tKg(_, _, _, n_block), tKs, tKVc, p.seqlen_k - n_block * kBlockN, head_dim);
+    cp_async_fence();
+  }
+
+  for (; n_block >= 0; --n_block) {
+    Tensor acc_s = partition_fragment_C(mma, Shape<Int<kBlockM>, Int<kBlockN>>{});
+    clear(acc_s);
+    cp_async_wait<0>();
+    __syncthreads();  // K(n) landed; everyone is done with V(n+1)
+    load_tile<kVec>(gcopy, tVg(_, _, _, n_block), tVs, tKVc, p.seqlen_k - n_block * kBlockN, head_dim);
+    cp_async_fence();
+
+    gemm_smem_smem(acc_s, rQ, rK, sQ_part, sK_part, mma, s2r_q, s2r_k, tid);
+
+#pragma unroll
+    for (int i = 0; i < size(acc_s); ++i) acc_s(i) *= scale_log2;
+    const int col0 = n_block * kBlockN;
+    if (tile_needs_mask<kBlockM, kBlockN>(row0, col0, p.seqlen_k, p.causal)) {
+      apply_mask(acc_s, tSc, row0, col0, p.seqlen_k, p.causal);
+    }
+
+    cp_async_wait<0>();
+    __syncthreads();  // V(n) landed; everyone is done with K(n)
+    if (n_block > 0) {
+      load_tile<kVec>(gcopy, tKg(_, _, _, n_block - 1), tKs, tKVc, p.seqlen_k - (n_block - 1) * kBlockN, head_dim);
+      cp_async_fence();
+    }
+
+    softmax.update(acc_s, acc_o);
+
+    Tensor rP = convert_regs<Element>(acc_s);
+    Tensor rP_a = make_tensor(rP.data(), acc_as_a_layout(rP.layout()));
+    gemm_reg_smem(acc_o, rP_a, rVt, sVt_part, mma, s2r_v, tid);
+  }
+
+  // ---- epilogue ----
+  float lse[kRows];
+  softmax.finalize(acc_o, lse);
+
+  cp_async_wait<0>();
+  __syncthreads();  // (no key tile case: Q copy never waited on)
+
+  Tensor rO = convert_regs<Element>(acc_o);
+  Tensor sO = make_tensor(sQ.data(), typename Traits::SmemLayoutQ{});
+  auto r2s = make_tiled_copy_C(typename Traits::SmemCopyAtomO{}, mma);
+  auto r2s_thr = r2s.get_thread_slice(tid);
+  Tensor rO_view = r2s_thr.retile_S(rO);
+  Tensor sO_part = r2s_thr.partition_D(sO);
+  cute::copy(r2s, rO_view, sO_part);
+
+  // LSE: lane % 4 == 0 owns column 0 of its rows.
+  Tensor tSc_rc = make_tensor(tSc.data(), acc_rowcol_layout(tSc.layout()));
+  if (get<1>(tSc_rc(0, 0)) == 0) {
+    float* lse_row = p.lse + (int64_t(batch) * p.heads_q + head) * int64_t(p.seqlen_q);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int row = row0 + get<0>(tSc_rc(r, 0));
+      if (row < p.seqlen_q) lse_row[row] = lse[r];
+    }
+  }
+
+  __syncthreads();
+  typename Traits::GmemCopyOut gcopy_o;
+  auto gthr_o = gcopy_o.get_thread_slice(tid);
+  Tensor tOs = gthr_o.partition_S(sO);
+  Tensor tOg = gthr_o.partition_D(gO);
+  Tensor tOr = make_tensor<Element>(shape(tOg));
+  cute::copy(gcopy_o, tOs, tOr);
+  Tensor tOc = gthr_o.partition_D(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  store_tile<kVec>(gcopy_o, tOr, tOg, tOc, rows_left, head_dim);
+}
+
+}  // namespace jax_flash::cuda::fwd

@@ -1,0 +1,72 @@
+// Forward entry points: argument checks, head-dim rounding and dtype
+// dispatch onto the instantiations. No CuTe here (the kernels live in
+// instantiations/fwd_hdim*_*.cu).
+#include <cstdint>
+
+#include "cuda/fwd_dispatch.h"
+#include "cuda/launch.h"
+
+namespace jax_flash::cuda {
+
+namespace {
+
+constexpr int kHeadDims[] = {32, 64, 96, 128, 160, 192, 224, 256};
+
+// Smallest compiled head dim >= head_dim, or 0.
+int round_head_dim(int head_dim) {
+  for (int d : kHeadDims)
+    if (head_dim <= d) return d;
+  return 0;
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// 16 B vector loads/stores are legal when every row start is 16 B aligned and
+// head_dim splits into whole 8-element chunks.
+bool vector_ok(const FwdParams& p) {
+  if (p.head_dim % 8 != 0) return false;
+  if (!aligned16(p.q) || !aligned16(p.k) || !aligned16(p.v) || !aligned16(p.o)) return false;
+  const int64_t strides[] = {p.q_batch_stride, p.q_row_stride, p.q_head_stride,
+                             p.k_batch_stride, p.k_row_stride, p.k_head_stride,
+                             p.v_batch_stride, p.v_row_stride, p.v_head_stride,
+                             p.o_batch_stride, p.o_row_stride, p.o_head_stride};
+  for (int64_t s : strides)
+    if (s % 8 != 0) return false;
+  return true;
+}
+
+template <DType kDType>
+cudaError_t dispatch_hdim(const FwdParams& p, bool vec, cudaStream_t stream) {
+  switch (round_head_dim(p.head_dim)) {
+    case 32: return run_fwd_hdim<kDType, 32>(p, vec, stream);
+    case 64: return run_fwd_hdim<kDType, 64>(p, vec, stream);
+    case 96: return run_fwd_hdim<kDType, 96>(p, vec, stream);
+    case 128: return run_fwd_hdim<kDType, 128>(p, vec, stream);
+    case 160: return run_fwd_hdim<kDType, 160>(p, vec, stream);
+    case 192: return run_fwd_hdim<kDType, 192>(p, vec, stream);
+    case 224: return run_fwd_hdim<kDType, 224>(p, vec, stream);
+    case 256: return run_fwd_hdim<kDType, 256>(p, vec, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace
+
+bool supports(DType dtype, int head_dim) {
+  return (dtype == DType::kFloat16 || dtype == DType::kBFloat16) && head_dim >= 1 && head_dim <= 256;
+}
+
+cudaError_t run_fwd(const FwdParams& p, cudaStream_t stream) {
+  if (!supports(p.dtype, p.head_dim)) return cudaErrorInvalidValue;
+  if (p.batch < 0 || p.seqlen_q < 0 || p.seqlen_k < 0 || p.heads_q < 0 || p.heads_kv <= 0 ||
+      p.heads_q % p.heads_kv != 0)
+    return cudaErrorInvalidValue;
+  if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return cudaSuccess;  // nothing to write
+  if (p.heads_q > 65535 || p.batch > 65535) return cudaErrorInvalidValue;     // grid y / z limits
+  if (!p.q || !p.o || !p.lse || (p.seqlen_k > 0 && (!p.k || !p.v))) return cudaErrorInvalidValue;
+  const bool vec = vector_ok(p);
+  return p.dtype == DType::kFloat16 ? dispatch_hdim<DType::kFloat16>(p, vec, stream)
+                                    : dispatch_hdim<DType::kBFloat16>(p, vec, stream);
+}
+
+}  // namespace jax_flash::cuda

@@ -1,0 +1,27 @@
+// Host entry points of the CUDA kernels. Included by the FFI layer (host
+// C++); implemented in .cu files that only nvcc compiles.
+#pragma once
+
+#include <cstddef>
+
+#include <cuda_runtime_api.h>
+
+#include "params.h"
+
+namespace jax_flash::cuda {
+
+// Head dims with a compiled kernel; other head dims <= 256 run on the next
+// larger one (zero-padded inside the kernel, invisible to the caller).
+bool supports(DType dtype, int head_dim);
+
+// Enqueue the forward on `stream`. No synchronisation. Returns the launch
+// error, or cudaErrorInvalidValue for an unsupported dtype / head dim.
+cudaError_t run_fwd(const FwdParams& params, cudaStream_t stream);
+
+// Bytes of device scratch the backward needs (params.workspace).
+size_t bwd_workspace_bytes(const BwdParams& params);
+
+// Enqueue the backward (preprocess, main kernel(s), dq conversion) on `stream`.
+cudaError_t run_bwd(const BwdParams& params, cudaStream_t stream);
+
+}  // namespace jax_flash::cuda

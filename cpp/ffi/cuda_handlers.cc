@@ -1,0 +1,96 @@
+// XLA FFI handlers for the CUDA kernels: host C++ only (the kernels live in
+// cpp/cuda and are reached through cuda/launch.h). Launches go on the stream
+// XLA hands us; nothing here synchronises.
+#include <string>
+
+#include <cuda_runtime_api.h>
+
+#include "cuda/launch.h"
+#include "ffi/common.h"
+#include "ffi/handlers.h"
+
+namespace jax_flash::ffi_glue {
+namespace {
+
+ffi::Error check_supported(const FwdParams& p) {
+  if (p.dtype == DType::kFloat32)
+    return ffi::Error::InvalidArgument(
+        "jax_flash on CUDA takes float16 or bfloat16 inputs; cast float32 q/k/v first "
+        "(e.g. q.astype(jnp.bfloat16))");
+  if (!cuda::supports(p.dtype, p.head_dim))
+    return ffi::Error::InvalidArgument("jax_flash: no CUDA kernel for head_dim " +
+                                       std::to_string(p.head_dim) + " in this build");
+  return ffi::Error::Success();
+}
+
+ffi::Error from_cuda(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return ffi::Error::Success();
+  return ffi::Error::Internal(std::string(what) + ": " + cudaGetErrorString(err));
+}
+
+ffi::Error FwdCuda(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
+                   ffi::Result<ffi::AnyBuffer> o, ffi::Result<ffi::Buffer<ffi::F32>> lse,
+                   float scale, bool causal) {
+  FwdParams p;
+  if (auto e = fill_fwd(p, q, k, v, o->untyped_data(), lse->typed_data(), scale, causal);
+      e.failure())
+    return e;
+  if (!same_shape(q, *o)) return mismatch("o must be shaped like q", q, *o);
+  if (auto e = check_supported(p); e.failure()) return e;
+  return from_cuda(cuda::run_fwd(p, stream), "jax_flash forward launch");
+}
+
+ffi::Error BwdCuda(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer q,
+                   ffi::AnyBuffer k, ffi::AnyBuffer v, ffi::AnyBuffer o, ffi::Buffer<ffi::F32> lse,
+                   ffi::AnyBuffer dout, ffi::Result<ffi::AnyBuffer> dq,
+                   ffi::Result<ffi::AnyBuffer> dk, ffi::Result<ffi::AnyBuffer> dv, float scale,
+                   bool causal, bool deterministic) {
+  BwdParams p;
+  if (auto e = fill_bwd(p, q, k, v, o, lse, dout, *dq, *dk, *dv, scale, causal, deterministic);
+      e.failure())
+    return e;
+  if (auto e = check_supported(p); e.failure()) return e;
+  const size_t bytes = cuda::bwd_workspace_bytes(p);
+  if (bytes > 0) {
+    auto mem = scratch.Allocate(bytes, 256);
+    if (!mem.has_value())
+      return ffi::Error(ffi::ErrorCode::kResourceExhausted,
+                        "jax_flash backward: could not allocate " + std::to_string(bytes) +
+                            " bytes of scratch");
+    p.workspace = mem.value();
+  }
+  return from_cuda(cuda::run_bwd(p, stream), "jax_flash backward launch");
+}
+
+}  // namespace
+}  // namespace jax_flash::ffi_glue
+
+namespace ffi = xla::ffi;
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jax_flash_fwd_cuda, jax_flash::ffi_glue::FwdCuda,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<ffi::AnyBuffer>()  // q
+                                  .Arg<ffi::AnyBuffer>()  // k
+                                  .Arg<ffi::AnyBuffer>()  // v
+                                  .Ret<ffi::AnyBuffer>()  // o
+                                  .Ret<ffi::Buffer<ffi::F32>>()  // lse
+                                  .Attr<float>("scale")
+                                  .Attr<bool>("causal"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jax_flash_bwd_cuda, jax_flash::ffi_glue::BwdCuda,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .Ctx<ffi::ScratchAllocator>()
+                                  .Arg<ffi::AnyBuffer>()  // q
+                                  .Arg<ffi::AnyBuffer>()  // k
+                                  .Arg<ffi::AnyBuffer>()  // v
+                                  .Arg<ffi::AnyBuffer>()  // o
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // lse
+                                  .Arg<ffi::AnyBuffer>()  // dout
+                                  .Ret<ffi::AnyBuffer>()  // dq
+                                  .Ret<ffi::AnyBuffer>()  // dk
+                                  .Ret<ffi::AnyBuffer>()  // dv
+                                  .Attr<float>("scale")
+                                  .Attr<bool>("causal")
+                                  .Attr<bool>("deterministic"));

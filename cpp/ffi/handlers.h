@@ -1,0 +1,11 @@
+// The FFI handler symbols exported to Python by module.cc.
+#pragma once
+
+#include "xla/ffi/api/ffi.h"
+
+XLA_FFI_DECLARE_HANDLER_SYMBOL(jax_flash_fwd_cpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(jax_flash_bwd_cpu);
+#ifdef JAX_FLASH_WITH_CUDA
+XLA_FFI_DECLARE_HANDLER_SYMBOL(jax_flash_fwd_cuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(jax_flash_bwd_cuda);
+#endif

@@ -1,0 +1,42 @@
+// The nanobind module: hands the FFI handler capsules to Python, which
+// registers each target name for its platform (jax_flash/_ffi.py).
+#include <nanobind/nanobind.h>
+
+#include "cpu/attention_cpu.h"
+#include "ffi/handlers.h"
+
+namespace nb = nanobind;
+
+namespace {
+
+template <typename T>
+nb::capsule capsule(T* fn) {
+  static_assert(std::is_invocable_r_v<XLA_FFI_Error*, T, XLA_FFI_CallFrame*>,
+                "not an XLA FFI handler");
+  return nb::capsule(reinterpret_cast<void*>(fn));
+}
+
+}  // namespace
+
+NB_MODULE(_jax_flash, m) {
+  m.doc() = "jax_flash kernels as XLA FFI handlers";
+  // {platform: {target: capsule}}
+  m.def("registrations", []() {
+    nb::dict cpu, cuda, out;
+    cpu["jax_flash_fwd"] = capsule(jax_flash_fwd_cpu);
+    cpu["jax_flash_bwd"] = capsule(jax_flash_bwd_cpu);
+    out["cpu"] = cpu;
+#ifdef JAX_FLASH_WITH_CUDA
+    cuda["jax_flash_fwd"] = capsule(jax_flash_fwd_cuda);
+    cuda["jax_flash_bwd"] = capsule(jax_flash_bwd_cuda);
+    out["CUDA"] = cuda;
+#endif
+    return out;
+  });
+  m.def("cpu_isa", []() { return jax_flash::cpu::isa_name(); });
+#ifdef JAX_FLASH_WITH_CUDA
+  m.attr("cuda_archs") = JAX_FLASH_CUDA_ARCHS_STR;
+#else
+  m.attr("cuda_archs") = nb::none();
+#endif
+}

@@ -1,0 +1,16 @@
+"""jax_flash: FlashAttention for JAX (CPU and CUDA kernels as XLA FFI custom calls)."""
+
+from jax_flash._ffi import compiled_platforms, cpu_isa, cuda_archs
+from jax_flash.attention import attention
+from jax_flash.reference import attention_reference
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "attention",
+    "attention_reference",
+    "compiled_platforms",
+    "cpu_isa",
+    "cuda_archs",
+    "__version__",
+]

@@ -1,0 +1,41 @@
+"""Registers the compiled FFI handlers with XLA, once, at import.
+
+Each target name ("jax_flash_fwd", "jax_flash_bwd") is registered for every
+platform the extension was built for, so XLA picks the CPU or CUDA kernel by
+backend and Python never branches on the device.
+"""
+
+from __future__ import annotations
+
+import jax
+
+try:
+    from jax_flash import _jax_flash
+except ImportError as e:  # pragma: no cover - only on a broken install
+    raise ImportError(
+        "jax_flash's compiled extension is missing; install the package with "
+        "`pip install --no-build-isolation .` (see README.md)"
+    ) from e
+
+FWD_TARGET = "jax_flash_fwd"
+BWD_TARGET = "jax_flash_bwd"
+
+_REGISTRATIONS = _jax_flash.registrations()
+for _platform, _targets in _REGISTRATIONS.items():
+    for _name, _capsule in _targets.items():
+        jax.ffi.register_ffi_target(_name, _capsule, platform=_platform)
+
+
+def compiled_platforms() -> list[str]:
+    """Platforms with compiled kernels, e.g. ["cpu", "CUDA"]."""
+    return sorted(_REGISTRATIONS)
+
+
+def cuda_archs() -> str | None:
+    """CUDA targets of this build ("80;90a"), or None for a CPU-only build."""
+    return _jax_flash.cuda_archs
+
+
+def cpu_isa() -> str:
+    """Instruction set the CPU kernels run with on this machine."""
+    return _jax_flash.cpu_isa()

@@ -1,0 +1,59 @@
+"""A plain, materialising attention in jnp: the reference the kernels are tested against."""
+
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+import numpy as np
+
+
+def attention_reference(q, k, v, *, causal=False, scale=None, dtype=jnp.float32):
+    """Returns (o, lse) computed naively in `dtype` (default float32).
+
+    Same layout and meaning as jax_flash.attention: q [..., Sq, Hq, D], k/v
+    [..., Sk, Hkv, D], causal top-left, lse [..., Hq, Sq] in natural log. A
+    row that sees no key gives o = 0 and lse = -inf.
+    """
+    d = q.shape[-1]
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    q, k, v = (jnp.asarray(x).astype(dtype) for x in (q, k, v))
+    group = q.shape[-2] // k.shape[-2]
+    k = jnp.repeat(k, group, axis=-2)
+    v = jnp.repeat(v, group, axis=-2)
+    s = jnp.einsum("...qhd,...khd->...hqk", q, k) * jnp.asarray(scale, dtype)
+    sq, sk = q.shape[-3], k.shape[-3]
+    if causal:
+        mask = jnp.arange(sq)[:, None] >= jnp.arange(sk)[None, :]
+        s = jnp.where(mask, s, -jnp.inf)
+    m = jnp.max(s, axis=-1, keepdims=True)
+    m_safe = jnp.where(jnp.isfinite(m), m, 0)
+    p = jnp.exp(s - m_safe)
+    l = jnp.sum(p, axis=-1, keepdims=True)
+    lse = jnp.where(l > 0, jnp.log(jnp.where(l > 0, l, 1)) + m_safe, -jnp.inf)[..., 0]
+    p = jnp.where(l > 0, p / jnp.where(l > 0, l, 1), 0)
+    o = jnp.einsum("...hqk,...khd->...qhd", p.astype(dtype), v)
+    return o, lse
+
+
+def attention_reference_np(q, k, v, *, causal=False, scale=None):
+    """float64 NumPy version of attention_reference (o, lse)."""
+    q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
+    d = q.shape[-1]
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    group = q.shape[-2] // k.shape[-2]
+    k = np.repeat(k, group, axis=-2)
+    v = np.repeat(v, group, axis=-2)
+    s = np.einsum("...qhd,...khd->...hqk", q, k) * scale
+    sq, sk = q.shape[-3], k.shape[-3]
+    if causal:
+        s = np.where(np.arange(sq)[:, None] >= np.arange(sk)[None, :], s, -np.inf)
+    m = np.max(s, axis=-1, keepdims=True)
+    m_safe = np.where(np.isfinite(m), m, 0.0)
+    p = np.exp(s - m_safe)
+    l = p.sum(-1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lse = np.where(l > 0, np.log(l) + m_safe, -np.inf)[..., 0]
+        p = np.where(l > 0, p / l, 0.0)
+    o = np.einsum("...hqk,...khd->...qhd", p, v)
+    return o, lse
