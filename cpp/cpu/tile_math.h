@@ -109,22 +109,50 @@ inline float fast_exp2(float x) {
 // B and C are row-major. N must be a multiple of kTileN (buffers are padded).
 constexpr int kTileN = 16;
 
+// The native vector of the ISA this file is compiled for: GCC/Clang lower
+// wider generic vectors poorly, so a kTileN-wide row is NV native vectors.
+#if defined(__AVX512F__)
+constexpr int kVecWidth = 16;
+#elif defined(__AVX__)
+constexpr int kVecWidth = 8;
+#else
+constexpr int kVecWidth = 4;
+#endif
+typedef float vecf __attribute__((vector_size(kVecWidth * sizeof(float))));
+constexpr int kVecsPerTile = kTileN / kVecWidth;
+
+__attribute__((always_inline)) inline vecf loadv(const float* p) {
+  vecf v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+__attribute__((always_inline)) inline void storev(float* p, vecf v) {
+  std::memcpy(p, &v, sizeof(v));
+}
+
+// MR rows x kTileN columns of C kept in registers over the whole K loop.
 template <int MR>
-inline void micro_kernel(int K, const float* __restrict a, int64_t sam, int64_t sak,
-                         const float* __restrict b, int64_t ldb, float* __restrict c,
-                         int64_t ldc, bool accumulate) {
-  float acc[MR][kTileN];
+__attribute__((always_inline)) inline void micro_kernel(int K, const float* __restrict a,
+                                                        int64_t sam, int64_t sak,
+                                                        const float* __restrict b, int64_t ldb,
+                                                        float* __restrict c, int64_t ldc,
+                                                        bool accumulate) {
+  constexpr int NV = kVecsPerTile;
+  vecf acc[MR][NV];
   for (int m = 0; m < MR; ++m)
-    for (int n = 0; n < kTileN; ++n) acc[m][n] = accumulate ? c[m * ldc + n] : 0.f;
+    for (int v = 0; v < NV; ++v)
+      acc[m][v] = accumulate ? loadv(c + m * ldc + v * kVecWidth) : vecf{};
   for (int k = 0; k < K; ++k) {
-    const float* bk = b + k * ldb;
+    vecf bk[NV];
+    for (int v = 0; v < NV; ++v) bk[v] = loadv(b + k * ldb + v * kVecWidth);
+    const float* ak = a + k * sak;
     for (int m = 0; m < MR; ++m) {
-      const float av = a[m * sam + k * sak];
-      for (int n = 0; n < kTileN; ++n) acc[m][n] += av * bk[n];
+      const float av = ak[m * sam];
+      for (int v = 0; v < NV; ++v) acc[m][v] += av * bk[v];
     }
   }
   for (int m = 0; m < MR; ++m)
-    for (int n = 0; n < kTileN; ++n) c[m * ldc + n] = acc[m][n];
+    for (int v = 0; v < NV; ++v) storev(c + m * ldc + v * kVecWidth, acc[m][v]);
 }
 
 inline void gemm(int M, int N, int K, const float* a, int64_t sam, int64_t sak,

@@ -312,6 +312,8 @@ bwd_dkdv_kernel(const BwdParams p, const float* __restrict__ dsum, float* __rest
     }
   }
 
+  cp_async_wait_all();  // nothing in flight at exit (no iterations: K, V)
+
   // Epilogue: dK = scale * dS^T Q, dV.
   Element* dk = static_cast<Element*>(p.dk) + b * p.dk_batch_stride + int64_t(n0) * p.dk_row_stride +
                 hkv * p.dk_head_stride;
@@ -439,6 +441,8 @@ bwd_dq_kernel(const BwdParams p, const float* __restrict__ dsum, const bool vec_
     Tensor rdS_a = make_tensor(rdS.data(), acc_as_a(rdS.layout()));
     gemm_rs(mma, acc_dq, rdS_a, tdQrKt, tcBt.partition_S(sKt), cpBt, tcBt);
   }
+
+  cp_async_wait_all();  // nothing in flight at exit (no key tiles: Q, dO)
 
   Element* dq = static_cast<Element*>(p.dq) + b * p.dq_batch_stride + int64_t(m0) * p.dq_row_stride +
                 h * p.dq_head_stride;

@@ -1,0 +1,36 @@
+// Declarations shared by bwd_launch.cu (dispatch, no CuTe) and the
+// per-(dtype, head dim) backward instantiation files.
+#pragma once
+
+#include <cstddef>
+
+#include <cuda_runtime_api.h>
+
+#include "params.h"
+
+namespace jax_flash::cuda {
+
+// Flags computed once on the host from pointers and strides.
+struct BwdLaunchFlags {
+  bool vec_ok = false;   // 16 B cp.async loads legal for q, k, v, dout
+  bool pair_ok = false;  // 4 B stores legal for dq, dk, dv
+};
+
+// Backward on the kernels compiled for head dim kHeadDim (>= params.head_dim).
+// params.workspace holds bwd_workspace_layout(...) bytes.
+template <DType kDType, int kHeadDim>
+cudaError_t run_bwd_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream);
+
+// Workspace: [dsum: B*Hq*Sq floats][dq accumulator: B*Hq*Sq*kHeadDim floats,
+// atomic mode only], each part 256 B aligned.
+inline size_t bwd_align256(size_t n) { return (n + 255) & ~size_t(255); }
+inline size_t bwd_dsum_bytes(const BwdParams& p) {
+  return bwd_align256(sizeof(float) * size_t(p.batch) * size_t(p.heads_q) * size_t(p.seqlen_q));
+}
+inline size_t bwd_accum_bytes(const BwdParams& p, int padded_head_dim) {
+  if (p.deterministic) return 0;
+  return bwd_align256(sizeof(float) * size_t(p.batch) * size_t(p.heads_q) * size_t(p.seqlen_q) *
+                      size_t(padded_head_dim));
+}
+
+}  // namespace jax_flash::cuda

@@ -1,0 +1,107 @@
+// Backward entry points: argument checks, workspace size, head-dim rounding
+// and dtype dispatch onto the instantiations. No CuTe here (the kernels live
+// in instantiations/bwd_hdim*_*.cu).
+#include <cstdint>
+
+#include "cuda/bwd_dispatch.h"
+#include "cuda/launch.h"
+
+namespace jax_flash::cuda {
+
+namespace {
+
+// Head dims compiled into this build (CMake may restrict the list).
+#ifdef JAX_FLASH_ONLY_HEAD_DIMS
+constexpr int kBwdHeadDims[] = {JAX_FLASH_ONLY_HEAD_DIMS};
+#else
+constexpr int kBwdHeadDims[] = {32, 64, 96, 128, 160, 192, 224, 256};
+#endif
+
+template <int D>
+constexpr bool bwd_compiled() {
+  for (int d : kBwdHeadDims)
+    if (d == D) return true;
+  return false;
+}
+
+// Smallest compiled head dim >= head_dim, or 0.
+int bwd_round_head_dim(int head_dim) {
+  int best = 0;
+  for (int d : kBwdHeadDims)
+    if (head_dim <= d && (best == 0 || d < best)) best = d;
+  return best;
+}
+
+bool aligned(const void* p, uintptr_t bytes) {
+  return (reinterpret_cast<uintptr_t>(p) & (bytes - 1)) == 0;
+}
+
+BwdLaunchFlags launch_flags(const BwdParams& p) {
+  BwdLaunchFlags f;
+  bool vec = p.head_dim % 8 == 0 && aligned(p.q, 16) && aligned(p.k, 16) && aligned(p.v, 16) &&
+             aligned(p.dout, 16);
+  const int64_t in_strides[] = {p.q_batch_stride,  p.q_row_stride,  p.q_head_stride,
+                                p.k_batch_stride,  p.k_row_stride,  p.k_head_stride,
+                                p.v_batch_stride,  p.v_row_stride,  p.v_head_stride,
+                                p.do_batch_stride, p.do_row_stride, p.do_head_stride};
+  for (int64_t s : in_strides) vec = vec && s % 8 == 0;
+  bool pair = p.head_dim % 2 == 0 && aligned(p.dq, 4) && aligned(p.dk, 4) && aligned(p.dv, 4);
+  const int64_t out_strides[] = {p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride,
+                                 p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride,
+                                 p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride};
+  for (int64_t s : out_strides) pair = pair && s % 2 == 0;
+  f.vec_ok = vec;
+  f.pair_ok = pair;
+  return f;
+}
+
+template <DType kDType, int D>
+cudaError_t run_if_compiled(const BwdParams& p, BwdLaunchFlags f, cudaStream_t s) {
+  if constexpr (bwd_compiled<D>()) {
+    return run_bwd_hdim<kDType, D>(p, f, s);
+  } else {
+    return cudaErrorInvalidValue;
+  }
+}
+
+template <DType kDType>
+cudaError_t dispatch_bwd(const BwdParams& p, BwdLaunchFlags f, cudaStream_t s) {
+  switch (bwd_round_head_dim(p.head_dim)) {
+    case 32: return run_if_compiled<kDType, 32>(p, f, s);
+    case 64: return run_if_compiled<kDType, 64>(p, f, s);
+    case 96: return run_if_compiled<kDType, 96>(p, f, s);
+    case 128: return run_if_compiled<kDType, 128>(p, f, s);
+    case 160: return run_if_compiled<kDType, 160>(p, f, s);
+    case 192: return run_if_compiled<kDType, 192>(p, f, s);
+    case 224: return run_if_compiled<kDType, 224>(p, f, s);
+    case 256: return run_if_compiled<kDType, 256>(p, f, s);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace
+
+size_t bwd_workspace_bytes(const BwdParams& p) {
+  const int d = bwd_round_head_dim(p.head_dim);
+  if (d == 0 || p.batch <= 0 || p.heads_q <= 0 || p.seqlen_q <= 0) return 0;
+  return bwd_dsum_bytes(p) + bwd_accum_bytes(p, d);
+}
+
+cudaError_t run_bwd(const BwdParams& p, cudaStream_t stream) {
+  if (p.dtype != DType::kFloat16 && p.dtype != DType::kBFloat16) return cudaErrorInvalidValue;
+  if (p.head_dim < 1 || p.head_dim > 256 || bwd_round_head_dim(p.head_dim) == 0)
+    return cudaErrorInvalidValue;
+  if (p.batch < 0 || p.seqlen_q < 0 || p.seqlen_k < 0 || p.heads_q < 0 || p.heads_kv <= 0 ||
+      p.heads_q % p.heads_kv != 0)
+    return cudaErrorInvalidValue;
+  if (p.batch == 0 || p.heads_q == 0) return cudaSuccess;  // nothing to write
+  if (p.heads_q > 65535 || p.batch > 65535) return cudaErrorInvalidValue;  // grid y / z limits
+  if (p.seqlen_q > 0 && (!p.q || !p.o || !p.lse || !p.dout || !p.dq || !p.workspace))
+    return cudaErrorInvalidValue;
+  if (p.seqlen_k > 0 && (!p.k || !p.v || !p.dk || !p.dv)) return cudaErrorInvalidValue;
+  const BwdLaunchFlags f = launch_flags(p);
+  return p.dtype == DType::kFloat16 ? dispatch_bwd<DType::kFloat16>(p, f, stream)
+                                    : dispatch_bwd<DType::kBFloat16>(p, f, stream);
+}
+
+}  // namespace jax_flash::cuda

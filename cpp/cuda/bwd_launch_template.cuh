@@ -1,0 +1,122 @@
+// Host side of one backward instantiation: tile choice per head dim, smem
+// opt-in, the launch sequence. Included only by instantiations/bwd_*.cu.
+#pragma once
+
+#include <atomic>
+
+#include <cuda_runtime_api.h>
+
+#include "cuda/bwd_dispatch.h"
+#include "cuda/bwd_kernel.cuh"
+
+namespace jax_flash::cuda {
+
+namespace bwd {
+
+template <DType kDType>
+using ElementOf =
+    std::conditional_t<kDType == DType::kFloat16, cutlass::half_t, cutlass::bfloat16_t>;
+
+// dK/dV kernel: (BM, BN, warps, warps along M for S/dP, along N for dK/dV,
+// along M for dQ). Deterministic dQ kernel: (warps along M, BN).
+template <int D> struct BwdTile;
+template <> struct BwdTile<32>  { static constexpr int kM = 128, kN = 128, kW = 8, kS = 4, kKV = 4, kQ = 4, kDqW = 8, kDqN = 128; };
+template <> struct BwdTile<64>  { static constexpr int kM = 64,  kN = 128, kW = 8, kS = 2, kKV = 4, kQ = 2, kDqW = 8, kDqN = 128; };
+template <> struct BwdTile<96>  { static constexpr int kM = 64,  kN = 128, kW = 8, kS = 2, kKV = 4, kQ = 4, kDqW = 8, kDqN = 64; };
+template <> struct BwdTile<128> { static constexpr int kM = 64,  kN = 128, kW = 8, kS = 2, kKV = 4, kQ = 2, kDqW = 8, kDqN = 64; };
+template <> struct BwdTile<160> { static constexpr int kM = 64,  kN = 64,  kW = 8, kS = 4, kKV = 4, kQ = 4, kDqW = 8, kDqN = 32; };
+template <> struct BwdTile<192> { static constexpr int kM = 64,  kN = 64,  kW = 8, kS = 4, kKV = 4, kQ = 4, kDqW = 8, kDqN = 32; };
+template <> struct BwdTile<224> { static constexpr int kM = 64,  kN = 64,  kW = 8, kS = 4, kKV = 4, kQ = 4, kDqW = 8, kDqN = 32; };
+template <> struct BwdTile<256> { static constexpr int kM = 64,  kN = 64,  kW = 8, kS = 4, kKV = 2, kQ = 2, kDqW = 8, kDqN = 32; };
+
+template <int D, DType kDType>
+using DefaultDkdv = DkdvConfig<ElementOf<kDType>, D, BwdTile<D>::kM, BwdTile<D>::kN, BwdTile<D>::kW,
+                               BwdTile<D>::kS, BwdTile<D>::kKV, BwdTile<D>::kQ>;
+template <int D, DType kDType>
+using DefaultDq = DqConfig<ElementOf<kDType>, D, BwdTile<D>::kDqW, BwdTile<D>::kDqN>;
+
+// cudaFuncSetAttribute for > 48 KB of dynamic smem, once per device.
+template <class Kernel>
+cudaError_t opt_in_smem(Kernel kernel, int bytes, std::atomic<unsigned long long>& done_mask) {
+  if (bytes <= 48 * 1024) return cudaSuccess;
+  int dev = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err != cudaSuccess) return err;
+  const unsigned long long bit = dev < 64 ? (1ull << dev) : 0ull;
+  if (bit != 0 && (done_mask.load(std::memory_order_acquire) & bit)) return cudaSuccess;
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (err != cudaSuccess) return err;
+  done_mask.fetch_or(bit, std::memory_order_acq_rel);
+  return cudaSuccess;
+}
+
+inline int rows_grid(int64_t rows) {
+  // One warp per row, 8 rows per 256-thread block, grid-stride beyond.
+  const int64_t blocks = (rows + 7) / 8;
+  return int(blocks < 65536 * 16 ? blocks : 65536 * 16);
+}
+
+// The whole backward with explicit configurations (the harness may call it
+// with other tiles).
+template <class DkdvCfg, class DqCfg>
+cudaError_t launch_bwd(const BwdParams& p, BwdLaunchFlags flags, cudaStream_t stream) {
+  using Element = typename DkdvCfg::Element;
+  constexpr int D = DkdvCfg::kHeadDim;
+  static_assert(DqCfg::kHeadDim == D);
+  const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
+  float* dsum = static_cast<float*>(p.workspace);
+  float* accum = p.deterministic
+                     ? nullptr
+                     : reinterpret_cast<float*>(static_cast<char*>(p.workspace) + bwd_dsum_bytes(p));
+
+  if (rows > 0) {
+    bwd_preprocess_kernel<Element><<<rows_grid(rows), 256, 0, stream>>>(p, dsum, accum, D);
+  }
+  if (p.seqlen_k > 0) {
+    const dim3 grid((p.seqlen_k + DkdvCfg::kBlockN - 1) / DkdvCfg::kBlockN, p.heads_kv, p.batch);
+    constexpr int smem = int(DkdvCfg::kSmemBytes);
+    if (p.deterministic) {
+      static std::atomic<unsigned long long> mask{0};
+      auto kernel = &bwd_dkdv_kernel<DkdvCfg, false>;
+      cudaError_t err = opt_in_smem(kernel, smem, mask);
+      if (err != cudaSuccess) return err;
+      kernel<<<grid, DkdvCfg::kThreads, smem, stream>>>(p, dsum, nullptr, flags.vec_ok,
+                                                        flags.pair_ok);
+    } else {
+      static std::atomic<unsigned long long> mask{0};
+      auto kernel = &bwd_dkdv_kernel<DkdvCfg, true>;
+      cudaError_t err = opt_in_smem(kernel, smem, mask);
+      if (err != cudaSuccess) return err;
+      kernel<<<grid, DkdvCfg::kThreads, smem, stream>>>(p, dsum, accum, flags.vec_ok,
+                                                        flags.pair_ok);
+    }
+  }
+  if (rows > 0) {
+    if (p.deterministic) {
+      const dim3 grid((p.seqlen_q + DqCfg::kBlockM - 1) / DqCfg::kBlockM, p.heads_q, p.batch);
+      constexpr int smem = int(DqCfg::kSmemBytes);
+      static std::atomic<unsigned long long> mask{0};
+      auto kernel = &bwd_dq_kernel<DqCfg>;
+      cudaError_t err = opt_in_smem(kernel, smem, mask);
+      if (err != cudaSuccess) return err;
+      kernel<<<grid, DqCfg::kThreads, smem, stream>>>(p, dsum, flags.vec_ok, flags.pair_ok);
+    } else {
+      bwd_dq_convert_kernel<Element><<<rows_grid(rows), 256, 0, stream>>>(p, accum, D);
+    }
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace bwd
+
+template <DType kDType, int kHeadDim>
+cudaError_t run_bwd_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream) {
+  return bwd::launch_bwd<bwd::DefaultDkdv<kHeadDim, kDType>, bwd::DefaultDq<kHeadDim, kDType>>(
+      params, flags, stream);
+}
+
+}  // namespace jax_flash::cuda
+
+#define JAX_FLASH_INSTANTIATE_BWD(DTYPE, HDIM)                                               \
+  template cudaError_t jax_flash::cuda::run_bwd_hdim<jax_flash::DType::DTYPE, HDIM>(          \
+      const jax_flash::BwdParams&, jax_flash::cuda::BwdLaunchFlags, cudaStream_t);

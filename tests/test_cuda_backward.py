@@ -1,0 +1,152 @@
+"""CUDA backward kernels (through jax_flash.attention's custom_vjp) vs float32
+jnp reference gradients.
+
+Runs only where a CUDA GPU is visible (`pytest -m gpu` on the device).
+Tolerance the FlashAttention way: the kernel's max gradient error against the
+float32 reference must stay within 3x the error of naive attention
+differentiated in the inputs' 16-bit dtype, plus a small slack relative to the
+gradient's magnitude.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+jnp = pytest.importorskip("jax.numpy")
+
+try:
+    _GPUS = jax.devices("gpu")
+except RuntimeError:
+    _GPUS = []
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not _GPUS, reason="no CUDA GPU visible to JAX"),
+]
+
+jax_flash = pytest.importorskip("jax_flash")
+
+REL_SLACK = 1e-4
+
+
+def _mask(sq, sk, causal):
+    if not causal:
+        return None
+    return jnp.arange(sk)[None, :] <= jnp.arange(sq)[:, None]  # top-left: key j <= query i
+
+
+def _reference(q, k, v, causal, compute_dtype):
+    """Plain attention in compute_dtype (float32 = reference, 16-bit = naive)."""
+    group = q.shape[-2] // k.shape[-2]
+    scale = 1.0 / np.sqrt(q.shape[-1])
+    q, k, v = (x.astype(compute_dtype) for x in (q, k, v))
+    if group > 1:
+        k, v = jnp.repeat(k, group, axis=-2), jnp.repeat(v, group, axis=-2)
+    s = jnp.einsum("bqhd,bkhd->bhqk", q, k) * jnp.asarray(scale, compute_dtype)
+    m = _mask(q.shape[1], k.shape[1], causal)
+    if m is not None:
+        s = jnp.where(m, s, -jnp.inf)
+    p = jax.nn.softmax(s.astype(jnp.float32), axis=-1).astype(compute_dtype)
+    return jnp.einsum("bhqk,bkhd->bqhd", p, v)
+
+
+def _inputs(seed, b, sq, sk, hq, hkv, d, dtype):
+    rng = np.random.default_rng(seed)
+    mk = lambda *shape: jnp.asarray(rng.standard_normal(shape, dtype=np.float32), dtype=dtype)
+    return mk(b, sq, hq, d), mk(b, sk, hkv, d), mk(b, sk, hkv, d), mk(b, sq, hq, d)
+
+
+def _grads(fn, q, k, v, do):
+    _, vjp = jax.vjp(fn, q, k, v)
+    return [g.astype(jnp.float32) for g in vjp(do.astype(jnp.result_type(q)))]
+
+
+def _ref_grads(q, k, v, do, causal, compute_dtype):
+    cast = lambda x: x.astype(compute_dtype)
+    fn = lambda a, b, c: _reference(a, b, c, causal, compute_dtype)
+    return _grads(fn, cast(q), cast(k), cast(v), cast(do))
+
+
+def _check(got, ref, naive, what):
+    for name, g, r, n in zip(("dq", "dk", "dv"), got, ref, naive):
+        g, r, n = (np.asarray(x, dtype=np.float64) for x in (g, r, n))
+        assert np.isfinite(g).all(), f"{what} {name}: non-finite gradient"
+        err = np.abs(g - r).max(initial=0.0)
+        err_naive = np.abs(n - r).max(initial=0.0)
+        tol = 3.0 * err_naive + REL_SLACK * np.abs(r).max(initial=0.0) + 1e-6
+        assert err <= tol, f"{what} {name}: err {err:.3e} > tol {tol:.3e} (naive {err_naive:.3e})"
+
+
+# (batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim)
+_SHAPES = [
+    (2, 128, 128, 4, 4, 64),
+    (1, 17, 129, 8, 2, 128),     # GQA 8/2, Sq < Sk
+    (2, 129, 17, 4, 1, 32),      # MQA, Sq > Sk
+    (1, 1000, 1000, 2, 1, 128),
+    (2, 1, 129, 2, 2, 96),
+    (1, 257, 1000, 4, 2, 256),
+    (2, 1000, 129, 2, 2, 40),
+    (1, 129, 128, 8, 8, 80),
+    (1, 128, 17, 2, 1, 160),
+    (1, 65, 130, 4, 2, 192),
+    (1, 130, 65, 2, 2, 224),
+]
+
+
+@pytest.mark.parametrize("shape", _SHAPES, ids=lambda s: "b{}_sq{}_sk{}_h{}-{}_d{}".format(*s))
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16], ids=["bf16", "fp16"])
+def test_backward_grads_match_reference(shape, causal, dtype):
+    b, sq, sk, hq, hkv, d = shape
+    q, k, v, do = _inputs(sum(shape) + causal, b, sq, sk, hq, hkv, d, dtype)
+    fn = lambda a, bb, c: jax_flash.attention(a, bb, c, causal=causal)
+    got = _grads(fn, q, k, v, do)
+    ref = _ref_grads(q, k, v, do, causal, jnp.float32)
+    naive = _ref_grads(q, k, v, do, causal, dtype)
+    _check(got, ref, naive, f"{shape} causal={causal} {jnp.dtype(dtype).name}")
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_deterministic_backward_is_bitwise_reproducible_and_close_to_atomic(causal):
+    q, k, v, do = _inputs(3, 2, 515, 515, 8, 2, 128, jnp.bfloat16)
+
+    def grads(deterministic):
+        fn = lambda a, b, c: jax_flash.attention(a, b, c, causal=causal, deterministic=deterministic)
+        return [np.asarray(g) for g in _grads(fn, q, k, v, do)]
+
+    first, second = grads(True), grads(True)
+    for a, b in zip(first, second):
+        assert np.array_equal(a, b), "deterministic backward differs between runs"
+    atomic = grads(False)
+    ref = _ref_grads(q, k, v, do, causal, jnp.float32)
+    naive = _ref_grads(q, k, v, do, causal, jnp.bfloat16)
+    _check(first, ref, naive, "deterministic")
+    _check(atomic, ref, naive, "atomic")
+    for a, b in zip(first, atomic):
+        np.testing.assert_allclose(a, b, atol=3e-2 * np.abs(b).max(), rtol=0)
+
+
+def test_jitted_grad_of_small_loss_matches_reference():
+    q, k, v, _ = _inputs(11, 2, 77, 91, 4, 2, 64, jnp.bfloat16)
+
+    def loss(fn):
+        return lambda a, b, c: jnp.sum(fn(a, b, c).astype(jnp.float32) ** 2)
+
+    flash = loss(lambda a, b, c: jax_flash.attention(a, b, c, causal=True))
+    got = jax.jit(jax.grad(flash, argnums=(0, 1, 2)))(q, k, v)
+    f32 = lambda x: x.astype(jnp.float32)
+    ref = jax.grad(loss(lambda a, b, c: _reference(a, b, c, True, jnp.float32)), argnums=(0, 1, 2))(
+        f32(q), f32(k), f32(v))
+    naive = jax.grad(loss(lambda a, b, c: _reference(a, b, c, True, jnp.bfloat16)),
+                     argnums=(0, 1, 2))(q, k, v)
+    _check([f32(g) for g in got], ref, [f32(g) for g in naive], "jit(grad)")
+
+
+def test_fully_masked_free_rows_have_finite_grads():
+    # Sq > Sk with causal: every query row sees at least key 0; grads finite.
+    q, k, v, do = _inputs(5, 1, 64, 8, 2, 1, 64, jnp.bfloat16)
+    fn = lambda a, b, c: jax_flash.attention(a, b, c, causal=True)
+    for g in _grads(fn, q, k, v, do):
+        assert np.isfinite(np.asarray(g)).all()

@@ -1,0 +1,123 @@
+"""CUDA forward kernel vs a float32 jnp reference (and vs the CPU target).
+
+Runs only where a CUDA GPU is visible (`pytest -m gpu` on the device).
+Tolerance the FlashAttention way: the kernel's max error against the float32
+reference must stay within 2x the error of naive attention computed in the
+inputs' 16-bit dtype (plus a small absolute slack).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+jnp = pytest.importorskip("jax.numpy")
+
+try:
+    _GPUS = jax.devices("gpu")
+except RuntimeError:
+    _GPUS = []
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not _GPUS, reason="no CUDA GPU visible to JAX"),
+]
+
+jax_flash = pytest.importorskip("jax_flash")
+
+ABS_SLACK = 1e-4
+
+
+def _repeat_kv(x, group):
+    return jnp.repeat(x, group, axis=-2) if group > 1 else x
+
+
+def _mask(sq, sk, causal):
+    if not causal:
+        return None
+    return jnp.arange(sk)[None, :] <= jnp.arange(sq)[:, None]  # top-left: key j <= query i
+
+
+def _reference(q, k, v, causal, scale, compute_dtype):
+    """Plain attention; compute_dtype float32 = reference, 16-bit = naive."""
+    group = q.shape[-2] // k.shape[-2]
+    q, k, v = (x.astype(compute_dtype) for x in (q, k, v))
+    k, v = _repeat_kv(k, group), _repeat_kv(v, group)
+    s = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(compute_dtype) * jnp.asarray(scale, compute_dtype)
+    m = _mask(q.shape[1], k.shape[1], causal)
+    if m is not None:
+        s = jnp.where(m, s, -jnp.inf)
+    s32 = s.astype(jnp.float32)
+    lse = jax.nn.logsumexp(s32, axis=-1)
+    p = jax.nn.softmax(s32, axis=-1).astype(compute_dtype)
+    o = jnp.einsum("bhqk,bkhd->bqhd", p, v).astype(compute_dtype)
+    return o.astype(jnp.float32), lse
+
+
+def _inputs(seed, b, sq, sk, hq, hkv, d, dtype):
+    rng = np.random.default_rng(seed)
+    mk = lambda *shape: jnp.asarray(rng.standard_normal(shape, dtype=np.float32), dtype=dtype)
+    return mk(b, sq, hq, d), mk(b, sk, hkv, d), mk(b, sk, hkv, d)
+
+
+def _check(b, sq, sk, hq, hkv, d, dtype, causal, seed=0, compare_cpu=True):
+    gpu = _GPUS[0]
+    q, k, v = (jax.device_put(x, gpu) for x in _inputs(seed, b, sq, sk, hq, hkv, d, dtype))
+    scale = 1.0 / np.sqrt(d)
+
+    o, lse = jax_flash.attention(q, k, v, causal=causal, scale=None, return_lse=True)
+    o = np.asarray(o.astype(jnp.float32))
+    lse = np.asarray(lse)
+    assert o.shape == (b, sq, hq, d) and lse.shape == (b, hq, sq)
+    assert np.isfinite(o).all(), "non-finite output"
+    assert np.isfinite(lse).all(), "non-finite lse"
+
+    o_ref, lse_ref = (np.asarray(x) for x in _reference(q, k, v, causal, scale, jnp.float32))
+    o_naive, _ = (np.asarray(x) for x in _reference(q, k, v, causal, scale, dtype))
+    err = np.abs(o - o_ref).max()
+    err_naive = np.abs(o_naive - o_ref).max()
+    assert err <= 2 * err_naive + ABS_SLACK, f"o error {err:.3e} > 2 x naive {err_naive:.3e}"
+    lse_err = (np.abs(lse - lse_ref) / (1 + np.abs(lse_ref))).max()
+    assert lse_err <= 1e-4, f"lse relative error {lse_err:.3e}"
+
+    if compare_cpu:
+        cpu = jax.devices("cpu")[0]
+        qc, kc, vc = (jax.device_put(x, cpu) for x in (q, k, v))
+        oc, lsec = jax_flash.attention(qc, kc, vc, causal=causal, scale=None, return_lse=True)
+        oc = np.asarray(oc.astype(jnp.float32))
+        err_cpu = np.abs(oc - o_ref).max()
+        assert err_cpu <= 2 * err_naive + ABS_SLACK, f"cpu o error {err_cpu:.3e}"
+        assert np.abs(o - oc).max() <= 4 * err_naive + 2 * ABS_SLACK
+        assert np.abs(lse - np.asarray(lsec)).max() <= 1e-3 * (1 + np.abs(lse_ref).max())
+
+
+HEAD_DIMS = [32, 40, 64, 80, 96, 128, 160, 192, 224, 256, 33]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+def test_cuda_forward_matches_reference_every_head_dim(head_dim, dtype, causal):
+    _check(2, 129, 200, 4, 2, head_dim, dtype, causal)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize(
+    "sq,sk",
+    [(1, 1), (1, 17), (17, 1), (17, 128), (128, 17), (128, 129), (129, 128), (129, 1000),
+     (1000, 129), (1000, 1000), (4097, 129), (129, 4097), (4097, 4097)],
+)
+def test_cuda_forward_matches_reference_odd_seqlens(sq, sk, causal):
+    _check(1, sq, sk, 2, 2, 128, jnp.bfloat16, causal, compare_cpu=max(sq, sk) <= 1000)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("hkv", [2, 1], ids=["gqa", "mqa"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_cuda_forward_gqa_mqa_batch(head_dim, hkv, causal):
+    _check(3, 257, 301, 8, hkv, head_dim, jnp.bfloat16, causal)
+
+
+def test_cuda_forward_fp16_long_causal():
+    _check(2, 1031, 2049, 4, 4, 64, jnp.float16, True, compare_cpu=False)
