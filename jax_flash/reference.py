@@ -57,3 +57,36 @@ def attention_reference_np(q, k, v, *, causal=False, scale=None):
         p = np.where(l > 0, p / l, 0.0)
     o = np.einsum("...hqk,...khd->...qhd", p, v)
     return o, lse
+
+
+def attention_reference_grad_np(q, k, v, do, *, causal=False, scale=None):
+    """float64 NumPy gradients (dq, dk, dv) of sum(o * do) for attention_reference_np."""
+    q, k, v, do = (np.asarray(x, dtype=np.float64) for x in (q, k, v, do))
+    d = q.shape[-1]
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    hkv = k.shape[-2]
+    group = q.shape[-2] // hkv
+    kr = np.repeat(k, group, axis=-2)
+    vr = np.repeat(v, group, axis=-2)
+    s = np.einsum("...qhd,...khd->...hqk", q, kr) * scale
+    sq, sk = q.shape[-3], k.shape[-3]
+    if causal:
+        s = np.where(np.arange(sq)[:, None] >= np.arange(sk)[None, :], s, -np.inf)
+    m = np.max(s, axis=-1, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
+    p = np.exp(s - m)
+    l = p.sum(-1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        p = np.where(l > 0, p / l, 0.0)
+    o = np.einsum("...hqk,...khd->...qhd", p, vr)
+    dv = np.einsum("...hqk,...qhd->...khd", p, do)
+    dp = np.einsum("...qhd,...khd->...hqk", do, vr)
+    delta = np.einsum("...qhd,...qhd->...hq", do, o)[..., None]
+    ds = p * (dp - delta)
+    dq = np.einsum("...hqk,...khd->...qhd", ds, kr) * scale
+    dk = np.einsum("...hqk,...qhd->...khd", ds, q) * scale
+
+    def fold(x):  # sum the q heads of each group back onto their kv head
+        return x.reshape(x.shape[:-2] + (hkv, group, d)).sum(-2)
+
+    return dq, fold(dk), fold(dv)

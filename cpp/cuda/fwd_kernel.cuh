@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include <cute/tensor.hpp>
 
@@ -108,40 +109,46 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(const __grid_
   OnlineSoftmax<kRows> softmax;
   clear(acc_o);
 
-  const float scale_log2 = args.scale_log2;
+  // Scores stay raw and the scale is fused into exp2 (one FFMA per score);
+  // a non-positive scale would flip the max, so such scores are pre-scaled.
+  const bool pre_scale = !(args.scale_log2 > 0.f);
+  const float scale_log2 = pre_scale ? 1.f : args.scale_log2;
 
   int n_block = n_blocks - 1;
   if (n_block >= 0) {
-    load_tile<kVec>(gcopy, tQg, tQs, tQc, rows_left, head_dim);
-    load_tile<kVec>(gcopy, tKg(_, _, _, n_block), tKs, tKVc, p.seqlen_k - n_block * kBlockN, head_dim);
+    load_tile<kVec, true>(gcopy, tQg, tQs, tQc, rows_left, head_dim);
+    load_tile<kVec, true>(gcopy, tKg(_, _, _, n_block), tKs, tKVc, p.seqlen_k - n_block * kBlockN, head_dim);
     cp_async_fence();
   }
 
+  // One K/V tile per iteration; the mask only where the tile crosses the key
+  // end or the causal diagonal. Only the last key tile (the first visited)
+  // can be partial, so K prefetches load unchecked rows.
   for (; n_block >= 0; --n_block) {
+    const bool need_mask = tile_needs_mask<kBlockM, kBlockN>(row0, n_block * kBlockN, p.seqlen_k, p.causal);
     Tensor acc_s = partition_fragment_C(mma, Shape<Int<kBlockM>, Int<kBlockN>>{});
     clear(acc_s);
     cp_async_wait<0>();
     __syncthreads();  // K(n) landed; everyone is done with V(n+1)
-    load_tile<kVec>(gcopy, tVg(_, _, _, n_block), tVs, tKVc, p.seqlen_k - n_block * kBlockN, head_dim);
+    load_tile<kVec, true>(gcopy, tVg(_, _, _, n_block), tVs, tKVc, p.seqlen_k - n_block * kBlockN, head_dim);
     cp_async_fence();
 
     gemm_smem_smem(acc_s, rQ, rK, sQ_part, sK_part, mma, s2r_q, s2r_k, tid);
 
+    if (pre_scale) {
 #pragma unroll
-    for (int i = 0; i < size(acc_s); ++i) acc_s(i) *= scale_log2;
-    const int col0 = n_block * kBlockN;
-    if (tile_needs_mask<kBlockM, kBlockN>(row0, col0, p.seqlen_k, p.causal)) {
-      apply_mask(acc_s, tSc, row0, col0, p.seqlen_k, p.causal);
+      for (int i = 0; i < size(acc_s); ++i) acc_s(i) *= args.scale_log2;
     }
+    if (need_mask) apply_mask(acc_s, tSc, row0, n_block * kBlockN, p.seqlen_k, p.causal);
 
     cp_async_wait<0>();
     __syncthreads();  // V(n) landed; everyone is done with K(n)
     if (n_block > 0) {
-      load_tile<kVec>(gcopy, tKg(_, _, _, n_block - 1), tKs, tKVc, p.seqlen_k - (n_block - 1) * kBlockN, head_dim);
+      load_tile<kVec, false>(gcopy, tKg(_, _, _, n_block - 1), tKs, tKVc, kBlockN, head_dim);
       cp_async_fence();
     }
 
-    softmax.update(acc_s, acc_o);
+    softmax.update(acc_s, acc_o, scale_log2);
 
     Tensor rP = convert_regs<Element>(acc_s);
     Tensor rP_a = make_tensor(rP.data(), acc_as_a_layout(rP.layout()));
@@ -150,7 +157,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(const __grid_
 
   // ---- epilogue ----
   float lse[kRows];
-  softmax.finalize(acc_o, lse);
+  softmax.finalize(acc_o, lse, scale_log2);
 
   cp_async_wait<0>();
   __syncthreads();  // (no key tile case: Q copy never waited on)

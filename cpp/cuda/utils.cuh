@@ -99,18 +99,18 @@ __device__ __forceinline__ void gemm_reg_smem(TC& acc, TA const& rA, TB& rB, SB 
 
 // Tile gmem -> smem. src/dst/coord are partitions (CPY, CPY_ROW, CPY_COL) of
 // one gmem tiled copy whose atom moves 8 contiguous 16-bit elements (16 B).
-// Rows >= max_row and columns >= max_col are zero-filled in smem and never
+// Rows >= max_row (checked only if kCheckRows) and columns >= max_col are zero-filled in smem and never
 // read. kVec: every 8-element chunk is 16 B aligned in gmem and head_dim is
 // a multiple of 8, so a chunk is either wholly in or wholly out -> cp.async.
 // Otherwise a scalar path copies element by element (synchronously).
-template <bool kVec, class TiledCopy, class S, class D, class C>
+template <bool kVec, bool kCheckRows, class TiledCopy, class S, class D, class C>
 __device__ __forceinline__ void load_tile(TiledCopy const& tc, S const& src, D&& dst, C const& coord,
                                           int max_row, int max_col) {
   using Element = typename std::remove_reference_t<D>::value_type;
   static_assert(decltype(size<0>(dst))::value == 8);
 #pragma unroll
   for (int m = 0; m < size<1>(dst); ++m) {
-    const bool row_ok = get<0>(coord(0, m, 0)) < max_row;
+    const bool row_ok = !kCheckRows || get<0>(coord(0, m, 0)) < max_row;
 #pragma unroll
     for (int k = 0; k < size<2>(dst); ++k) {
       if constexpr (kVec) {

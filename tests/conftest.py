@@ -1,0 +1,39 @@
+"""Test setup: several CPU devices (pmap/sharding tests) before JAX starts."""
+
+import os
+
+os.environ.setdefault("XLA_FLAGS", "")
+if "xla_force_host_platform_device_count" not in os.environ["XLA_FLAGS"]:
+    os.environ["XLA_FLAGS"] += " --xla_force_host_platform_device_count=8"
+
+import jax  # noqa: E402
+import pytest  # noqa: E402
+
+
+def _has_gpu() -> bool:
+    try:
+        return len(jax.devices("gpu")) > 0
+    except RuntimeError:
+        return False
+
+
+HAS_GPU = _has_gpu()
+
+
+def pytest_collection_modifyitems(config, items):
+    if HAS_GPU:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (run on the device machine with -m gpu)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _cpu_unless_gpu_test(request):
+    """CPU tests pin the CPU backend, so they test the CPU kernels even on a GPU machine."""
+    if "gpu" in request.keywords:
+        yield
+        return
+    with jax.default_device(jax.devices("cpu")[0]):
+        yield

@@ -1,0 +1,50 @@
+"""Shared test utilities: random inputs and FlashAttention-style tolerances."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jax_flash.reference import attention_reference
+
+
+def random_qkv(seed, batch, sq, sk, hq, hkv, d, dtype, device=None):
+    """Fresh standard-normal q, k, v (never zeros) in `dtype`."""
+    rng = np.random.default_rng(seed)
+    shapes = ((batch, sq, hq, d), (batch, sk, hkv, d), (batch, sk, hkv, d))
+    arrays = [jnp.asarray(rng.standard_normal(s, dtype=np.float32), dtype=dtype) for s in shapes]
+    if device is not None:
+        arrays = [jax.device_put(a, device) for a in arrays]
+    return arrays
+
+
+def max_err(a, ref) -> float:
+    return float(np.max(np.abs(np.asarray(a, dtype=np.float64) - np.asarray(ref, dtype=np.float64))))
+
+
+def assert_fa_close(name, out, ref64, naive, factor=3.0, atol=1e-5):
+    """FlashAttention's criterion: the kernel's error against the float64
+    reference stays within `factor` x the error of a naive attention computed
+    in the same precision, plus a small absolute slack for exact cases."""
+    out64 = np.asarray(out, dtype=np.float64)
+    assert np.all(np.isfinite(out64)), f"{name}: non-finite values"
+    err = max_err(out64, ref64)
+    naive_err = max_err(naive, ref64)
+    scale = max(1.0, float(np.max(np.abs(ref64))))
+    assert err <= factor * naive_err + atol * scale, (
+        f"{name}: error {err:.3e} vs naive {naive_err:.3e} (factor {factor}, atol {atol * scale:.1e})"
+    )
+
+
+def naive_in_dtype(q, k, v, causal, scale=None):
+    """The naive attention in q's own dtype (the precision baseline)."""
+    return attention_reference(q, k, v, causal=causal, scale=scale, dtype=q.dtype)
+
+
+def naive_grads_in_dtype(q, k, v, do, causal, scale=None):
+    def loss(q, k, v):
+        o, _ = attention_reference(q, k, v, causal=causal, scale=scale, dtype=q.dtype)
+        return jnp.sum(o.astype(jnp.float32) * do)
+
+    return jax.grad(loss, argnums=(0, 1, 2))(q, k, v)
