@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# One device call: build with CUDA, run the GPU tests, the sanitizers and the
+# benchmark, keeping logs and JSON under $OUT (the device machine keeps nothing).
+#   bash benchmarks/gpu_session.sh [build] [test] [sanitize] [bench] [bench-quick]
+# Needs the nvidia-cutlass wheel in .whl/ (carried; see README "Building for GPU").
+set -uo pipefail
+OUT=${OUT:-/tmp/jf_out}
+mkdir -p "$OUT"
+stages=${*:-build test sanitize bench}
+export PYTHONUNBUFFERED=1
+
+if [ -d .whl ] && ! python3 -c "import cutlass_library" 2>/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+
+for stage in $stages; do
+  case $stage in
+    build)
+      start=$(date +%s)
+      JAX_FLASH_CUDA=1 CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
+        python3 -m pip install --no-build-isolation --no-deps -v . >"$OUT/build.log" 2>&1
+      rc=$?
+      echo "build rc=$rc in $(( $(date +%s) - start )) s on $(nproc) cores" | tee -a "$OUT/summary.txt"
+      [ $rc -eq 0 ] || { tail -50 "$OUT/build.log"; exit 1; }
+      (cd /tmp && python3 -m jax_flash --no-timing) 2>&1 | tee "$OUT/selfcheck.txt" | tail -8
+      ;;
+    test)
+      timeout 400 python3 -m pytest -m gpu -q -x tests 2>&1 | tee "$OUT/pytest_gpu.log" | tail -25
+      ;;
+    sanitize)
+      for s in tests/cuda/sanitize*.sh; do
+        [ -f "$s" ] && timeout 300 bash "$s" >"$OUT/$(basename "$s" .sh).log" 2>&1
+        echo "$s rc=$?" | tee -a "$OUT/summary.txt"
+      done
+      ;;
+    bench)
+      python3 benchmarks/bench_attention.py --out "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log"
+      ;;
+    bench-quick)
+      python3 benchmarks/bench_attention.py --head-dims 128 --seqlens 1024 4096 16384 \
+        --out "$OUT/bench_quick.json" 2>&1 | tee "$OUT/bench_quick.log"
+      ;;
+  esac
+done
+cat "$OUT/summary.txt" 2>/dev/null
