@@ -27,7 +27,7 @@ for stage in $stages; do
       (cd /tmp && python3 -m jax_flash --no-timing) 2>&1 | tee "$OUT/selfcheck.txt" | tail -8
       ;;
     test)
-      timeout 400 python3 -m pytest -m gpu -q -x tests 2>&1 | tee "$OUT/pytest_gpu.log" | tail -25
+      timeout 400 python3 -P -m pytest -m gpu -q -x tests 2>&1 | tee "$OUT/pytest_gpu.log" | tail -25
       ;;
     sanitize)
       for s in tests/cuda/sanitize*.sh; do
