@@ -44,14 +44,14 @@ def _reference(q, k, v, causal, scale, compute_dtype):
     group = q.shape[-2] // k.shape[-2]
     q, k, v = (x.astype(compute_dtype) for x in (q, k, v))
     k, v = _repeat_kv(k, group), _repeat_kv(v, group)
-    s = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(compute_dtype) * jnp.asarray(scale, compute_dtype)
+    s = jnp.einsum("bqhd,bkhd->bhqk", q, k, precision="highest").astype(compute_dtype) * jnp.asarray(scale, compute_dtype)
     m = _mask(q.shape[1], k.shape[1], causal)
     if m is not None:
         s = jnp.where(m, s, -jnp.inf)
     s32 = s.astype(jnp.float32)
     lse = jax.nn.logsumexp(s32, axis=-1)
     p = jax.nn.softmax(s32, axis=-1).astype(compute_dtype)
-    o = jnp.einsum("bhqk,bkhd->bqhd", p, v).astype(compute_dtype)
+    o = jnp.einsum("bhqk,bkhd->bqhd", p, v, precision="highest").astype(compute_dtype)
     return o.astype(jnp.float32), lse
 
 

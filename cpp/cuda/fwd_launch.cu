@@ -4,20 +4,12 @@
 #include <cstdint>
 
 #include "cuda/fwd_dispatch.h"
+#include "cuda/head_dims.h"
 #include "cuda/launch.h"
 
 namespace jax_flash::cuda {
 
 namespace {
-
-constexpr int kHeadDims[] = {32, 64, 96, 128, 160, 192, 224, 256};
-
-// Smallest compiled head dim >= head_dim, or 0.
-int round_head_dim(int head_dim) {
-  for (int d : kHeadDims)
-    if (head_dim <= d) return d;
-  return 0;
-}
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
@@ -35,17 +27,26 @@ bool vector_ok(const FwdParams& p) {
   return true;
 }
 
+template <DType kDType, int D>
+cudaError_t run_if_compiled(const FwdParams& p, bool vec, cudaStream_t stream) {
+  if constexpr (head_dim_compiled<D>()) {
+    return run_fwd_hdim<kDType, D>(p, vec, stream);
+  } else {
+    return cudaErrorInvalidValue;
+  }
+}
+
 template <DType kDType>
 cudaError_t dispatch_hdim(const FwdParams& p, bool vec, cudaStream_t stream) {
   switch (round_head_dim(p.head_dim)) {
-    case 32: return run_fwd_hdim<kDType, 32>(p, vec, stream);
-    case 64: return run_fwd_hdim<kDType, 64>(p, vec, stream);
-    case 96: return run_fwd_hdim<kDType, 96>(p, vec, stream);
-    case 128: return run_fwd_hdim<kDType, 128>(p, vec, stream);
-    case 160: return run_fwd_hdim<kDType, 160>(p, vec, stream);
-    case 192: return run_fwd_hdim<kDType, 192>(p, vec, stream);
-    case 224: return run_fwd_hdim<kDType, 224>(p, vec, stream);
-    case 256: return run_fwd_hdim<kDType, 256>(p, vec, stream);
+    case 32: return run_if_compiled<kDType, 32>(p, vec, stream);
+    case 64: return run_if_compiled<kDType, 64>(p, vec, stream);
+    case 96: return run_if_compiled<kDType, 96>(p, vec, stream);
+    case 128: return run_if_compiled<kDType, 128>(p, vec, stream);
+    case 160: return run_if_compiled<kDType, 160>(p, vec, stream);
+    case 192: return run_if_compiled<kDType, 192>(p, vec, stream);
+    case 224: return run_if_compiled<kDType, 224>(p, vec, stream);
+    case 256: return run_if_compiled<kDType, 256>(p, vec, stream);
     default: return cudaErrorInvalidValue;
   }
 }
@@ -53,7 +54,8 @@ cudaError_t dispatch_hdim(const FwdParams& p, bool vec, cudaStream_t stream) {
 }  // namespace
 
 bool supports(DType dtype, int head_dim) {
-  return (dtype == DType::kFloat16 || dtype == DType::kBFloat16) && head_dim >= 1 && head_dim <= 256;
+  return (dtype == DType::kFloat16 || dtype == DType::kBFloat16) && head_dim >= 1 &&
+         round_head_dim(head_dim) != 0;
 }
 
 cudaError_t run_fwd(const FwdParams& p, cudaStream_t stream) {

@@ -20,8 +20,8 @@ using ElementOf = std::conditional_t<kDType == DType::kFloat16, cutlass::half_t,
 template <int D> struct FwdTile;
 template <> struct FwdTile<32>  { static constexpr int kM = 128, kN = 64, kW = 4; };
 template <> struct FwdTile<64>  { static constexpr int kM = 128, kN = 64, kW = 4; };
-template <> struct FwdTile<96>  { static constexpr int kM = 128, kN = 64, kW = 4; };
-template <> struct FwdTile<128> { static constexpr int kM = 128, kN = 64, kW = 4; };
+template <> struct FwdTile<96>  { static constexpr int kM = 128, kN = 32, kW = 4; };
+template <> struct FwdTile<128> { static constexpr int kM = 128, kN = 32, kW = 4; };
 template <> struct FwdTile<160> { static constexpr int kM = 128, kN = 64, kW = 8; };
 template <> struct FwdTile<192> { static constexpr int kM = 128, kN = 64, kW = 8; };
 template <> struct FwdTile<224> { static constexpr int kM = 128, kN = 64, kW = 8; };
