@@ -44,12 +44,12 @@ def _reference(q, k, v, causal, compute_dtype):
     q, k, v = (x.astype(compute_dtype) for x in (q, k, v))
     if group > 1:
         k, v = jnp.repeat(k, group, axis=-2), jnp.repeat(v, group, axis=-2)
-    s = jnp.einsum("bqhd,bkhd->bhqk", q, k) * jnp.asarray(scale, compute_dtype)
+    s = jnp.einsum("bqhd,bkhd->bhqk", q, k, precision="highest") * jnp.asarray(scale, compute_dtype)
     m = _mask(q.shape[1], k.shape[1], causal)
     if m is not None:
         s = jnp.where(m, s, -jnp.inf)
     p = jax.nn.softmax(s.astype(jnp.float32), axis=-1).astype(compute_dtype)
-    return jnp.einsum("bhqk,bkhd->bqhd", p, v)
+    return jnp.einsum("bhqk,bkhd->bqhd", p, v, precision="highest")
 
 
 def _inputs(seed, b, sq, sk, hq, hkv, d, dtype):

@@ -78,7 +78,8 @@ ffi::Error FwdCpu(ffi::ThreadPool pool, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi:
 ffi::Error BwdCpu(ffi::ThreadPool pool, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
                   ffi::AnyBuffer o, ffi::Buffer<ffi::F32> lse, ffi::AnyBuffer dout,
                   ffi::Result<ffi::AnyBuffer> dq, ffi::Result<ffi::AnyBuffer> dk,
-                  ffi::Result<ffi::AnyBuffer> dv, float scale, bool causal, bool deterministic) {
+                  ffi::Result<ffi::AnyBuffer> dv, ffi::Result<ffi::AnyBuffer> /*workspace: CUDA only*/,
+                  float scale, bool causal, bool deterministic) {
   BwdParams p;
   if (auto e = fill_bwd(p, q, k, v, o, lse, dout, *dq, *dk, *dv, scale, causal, deterministic);
       e.failure())
@@ -115,6 +116,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jax_flash_bwd_cpu, jax_flash::ffi_glue::BwdCpu,
                                   .Ret<ffi::AnyBuffer>()  // dq
                                   .Ret<ffi::AnyBuffer>()  // dk
                                   .Ret<ffi::AnyBuffer>()  // dv
+                                  .Ret<ffi::AnyBuffer>()  // workspace (unused on the CPU)
                                   .Attr<float>("scale")
                                   .Attr<bool>("causal")
                                   .Attr<bool>("deterministic"));

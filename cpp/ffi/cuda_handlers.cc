@@ -40,25 +40,24 @@ ffi::Error FwdCuda(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi:
   return from_cuda(cuda::run_fwd(p, stream), "jax_flash forward launch");
 }
 
-ffi::Error BwdCuda(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer q,
-                   ffi::AnyBuffer k, ffi::AnyBuffer v, ffi::AnyBuffer o, ffi::Buffer<ffi::F32> lse,
-                   ffi::AnyBuffer dout, ffi::Result<ffi::AnyBuffer> dq,
-                   ffi::Result<ffi::AnyBuffer> dk, ffi::Result<ffi::AnyBuffer> dv, float scale,
-                   bool causal, bool deterministic) {
+ffi::Error BwdCuda(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
+                   ffi::AnyBuffer o, ffi::Buffer<ffi::F32> lse, ffi::AnyBuffer dout,
+                   ffi::Result<ffi::AnyBuffer> dq, ffi::Result<ffi::AnyBuffer> dk,
+                   ffi::Result<ffi::AnyBuffer> dv, ffi::Result<ffi::AnyBuffer> workspace,
+                   float scale, bool causal, bool deterministic) {
   BwdParams p;
   if (auto e = fill_bwd(p, q, k, v, o, lse, dout, *dq, *dk, *dv, scale, causal, deterministic);
       e.failure())
     return e;
   if (auto e = check_supported(p); e.failure()) return e;
+  // Scratch comes as an extra output sized by the Python side (XLA's scratch
+  // allocator is not available to every custom call).
   const size_t bytes = cuda::bwd_workspace_bytes(p);
-  if (bytes > 0) {
-    auto mem = scratch.Allocate(bytes, 256);
-    if (!mem.has_value())
-      return ffi::Error(ffi::ErrorCode::kResourceExhausted,
-                        "jax_flash backward: could not allocate " + std::to_string(bytes) +
-                            " bytes of scratch");
-    p.workspace = mem.value();
-  }
+  if (workspace->size_bytes() < bytes)
+    return ffi::Error::InvalidArgument("jax_flash backward: workspace output holds " +
+                                       std::to_string(workspace->size_bytes()) + " bytes, needs " +
+                                       std::to_string(bytes));
+  p.workspace = workspace->untyped_data();
   return from_cuda(cuda::run_bwd(p, stream), "jax_flash backward launch");
 }
 
@@ -81,7 +80,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jax_flash_fwd_cuda, jax_flash::ffi_glue::FwdCuda,
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jax_flash_bwd_cuda, jax_flash::ffi_glue::BwdCuda,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                  .Ctx<ffi::ScratchAllocator>()
                                   .Arg<ffi::AnyBuffer>()  // q
                                   .Arg<ffi::AnyBuffer>()  // k
                                   .Arg<ffi::AnyBuffer>()  // v
@@ -91,6 +89,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jax_flash_bwd_cuda, jax_flash::ffi_glue::BwdCuda,
                                   .Ret<ffi::AnyBuffer>()  // dq
                                   .Ret<ffi::AnyBuffer>()  // dk
                                   .Ret<ffi::AnyBuffer>()  // dv
+                                  .Ret<ffi::AnyBuffer>()  // workspace (float32 scratch)
                                   .Attr<float>("scale")
                                   .Attr<bool>("causal")
                                   .Attr<bool>("deterministic"));

@@ -405,8 +405,19 @@ static int run_small() {
 }
 
 static int run_bench(int argc, char** argv) {
-  const int dims[] = {64, 128, 256};
-  const int seqs[] = {1024, 2048, 4096, 8192, 16384};
+  // bench [hdims csv] [seqlens csv]
+  std::vector<int> dims = {64, 128, 256}, seqs = {1024, 2048, 4096, 8192, 16384};
+  auto parse = [](const char* a) {
+    std::vector<int> v;
+    for (const char* c = a; *c;) {
+      v.push_back(std::atoi(c));
+      while (*c && *c != ',') ++c;
+      if (*c == ',') ++c;
+    }
+    return v;
+  };
+  if (argc > 2) dims = parse(argv[2]);
+  if (argc > 3) seqs = parse(argv[3]);
   std::printf("bf16, 16k tokens, hidden 2048; backward only (preprocess + main + dq epilogue)\n");
   std::printf("%5s %6s %6s %4s %10s %10s %10s %10s %7s\n", "hdim", "seqlen", "batch", "caus",
               "atomic_ms", "atomic_TF", "determ_ms", "determ_TF", "det/at");

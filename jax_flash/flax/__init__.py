@@ -1,0 +1,478 @@
+"""Flax integration of jax_flash (NNX; the Linen twins live in ``jax_flash.flax.linen``).
+
+* :func:`attention_fn` -- a drop-in ``attention_fn`` for
+  ``flax.nnx.MultiHeadAttention`` and ``flax.linen.MultiHeadDotProductAttention``.
+  It runs ``jax_flash.attention`` (fused FlashAttention-2 kernels). Causality
+  comes from ``is_causal`` (what ``nnx.MultiHeadAttention(...)(x, is_causal=True)``
+  passes) or from :func:`make_attention_fn` ``(causal=True)`` (needed for Linen,
+  whose module never passes ``is_causal``). Grouped-query inputs (fewer k/v heads
+  than q heads, e.g. ``nnx.MultiHeadAttention(num_kv_heads=...)``) go to the
+  kernels' GQA path without repeating k/v.
+  Anything the kernels cannot fuse -- an explicit ``mask`` or ``bias``, attention
+  dropout in training mode, sowing the attention weights, custom einsums -- raises
+  :class:`UnsupportedAttentionArgument` saying what to do instead, unless you
+  opt in to the unfused fallback with ``make_attention_fn(fallback=True)``, which
+  then runs flax's own ``dot_product_attention`` for those calls only.
+* :class:`MultiHeadAttention`, :class:`TransformerBlock`, :class:`DecoderLM` --
+  small NNX modules built directly on ``jax_flash.attention`` (GQA, causal, RoPE).
+
+Requires flax (``pip install jax_flash[flax]``); ``import jax_flash`` itself does
+not import flax.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+
+import jax_flash
+
+try:
+    from flax import nnx
+except ImportError as e:  # pragma: no cover - exercised only without flax
+    raise ImportError(
+        "jax_flash.flax needs flax (and optax for training): pip install 'jax_flash[flax]'"
+    ) from e
+
+__all__ = [
+    "ATTENTION_IMPLS",
+    "DecoderLM",
+    "MultiHeadAttention",
+    "TransformerBlock",
+    "UnsupportedAttentionArgument",
+    "apply_rope",
+    "attention_fn",
+    "make_attention_fn",
+]
+
+
+class UnsupportedAttentionArgument(ValueError):
+    """An attention_fn argument that the fused kernels cannot honour."""
+
+
+_HOW_TO_FALLBACK = (
+    "To run such calls unfused instead, use "
+    "jax_flash.flax.make_attention_fn(fallback=True) (flax's own dot_product_attention "
+    "for those calls only), or flax's dot_product_attention directly."
+)
+
+
+def _is_tracer(x) -> bool:
+    return isinstance(x, jax.core.Tracer)
+
+
+def _unsupported_reason(
+    *, bias, mask, dropout_rate, deterministic, module, einsum_dot_general,
+    qk_attn_weights_einsum, attn_weights_value_einsum,
+) -> str | None:
+    """Why this call cannot run on the fused kernels (None when it can)."""
+    if mask is not None:
+        return (
+            "jax_flash attention_fn got a `mask`, but the FlashAttention kernels only fuse "
+            "causal masking. For causal attention pass mask=None and request causality instead: "
+            "NNX: `nnx.MultiHeadAttention(..., attention_fn=jax_flash.flax.attention_fn)(x, "
+            "is_causal=True)`; Linen (whose module has no is_causal): "
+            "`attention_fn=jax_flash.flax.make_attention_fn(causal=True)`. Padding or other "
+            "masks, and the cache mask that decode=True builds, are not supported by the kernels. "
+            + _HOW_TO_FALLBACK
+        )
+    if bias is not None:
+        return (
+            "jax_flash attention_fn got an attention `bias`; the FlashAttention kernels have no "
+            "bias input (for causal masking use is_causal=True / make_attention_fn(causal=True); "
+            "for position information use RoPE, e.g. jax_flash.flax.MultiHeadAttention(rope=True)). "
+            + _HOW_TO_FALLBACK
+        )
+    try:
+        rate = float(dropout_rate)
+    except TypeError:  # a traced rate
+        rate = 1.0
+    if rate != 0.0 and (_is_tracer(deterministic) or not bool(deterministic)):
+        return (
+            f"jax_flash attention_fn got dropout_rate={dropout_rate} with deterministic=False; "
+            "the FlashAttention kernels have no attention dropout yet. Set the module's "
+            "dropout_rate=0.0 (apply dropout to the attention output or residual instead), or "
+            "run it with deterministic=True (evaluation). " + _HOW_TO_FALLBACK
+        )
+    if module is not None:
+        return (
+            "jax_flash attention_fn was asked to sow the attention weights (sow_weights=True / "
+            "module=...), but FlashAttention never materialises the attention matrix. Call the "
+            "module with sow_weights=False. " + _HOW_TO_FALLBACK
+        )
+    if (
+        einsum_dot_general is not None
+        or qk_attn_weights_einsum is not None
+        or attn_weights_value_einsum is not None
+    ):
+        return (
+            "jax_flash attention_fn got a custom einsum / dot_general (e.g. quantized AQT "
+            "einsums via qk_attn_weights_einsum_cls); the fused kernels compute both products "
+            "themselves and cannot use it. Leave those unset. " + _HOW_TO_FALLBACK
+        )
+    return None
+
+
+def _promote(query, key, value, dtype, promote_dtype):
+    if promote_dtype is not None:
+        return promote_dtype((query, key, value), dtype=dtype)
+    if dtype is None:
+        dtype = jnp.result_type(query, key, value)
+    return tuple(jnp.asarray(x, dtype) for x in (query, key, value))
+
+
+def _fallback_call(
+    query, key, value, *, bias, mask, broadcast_dropout, dropout_rng, dropout_rate,
+    deterministic, dtype, precision, module, causal, force_fp32_for_softmax,
+    einsum_dot_general, qk_attn_weights_einsum, attn_weights_value_einsum,
+):
+    """flax's own (unfused) dot_product_attention, for what the kernels cannot do."""
+    import flax.linen as nn
+
+    linen_only = (
+        force_fp32_for_softmax
+        or einsum_dot_general is not None
+        or qk_attn_weights_einsum is not None
+        or attn_weights_value_einsum is not None
+    )
+    if isinstance(module, nn.Module) or linen_only:
+        # Linen's version: sows into a Linen module; has no is_causal and no GQA.
+        hq, hkv = query.shape[-2], key.shape[-2]
+        if hq != hkv and hkv and hq % hkv == 0:
+            key = jnp.repeat(key, hq // hkv, axis=-2)
+            value = jnp.repeat(value, hq // hkv, axis=-2)
+        if causal:
+            sq, sk = query.shape[-3], key.shape[-3]
+            cm = jnp.tril(jnp.ones((sq, sk), jnp.bool_))
+            cm = cm.reshape((1,) * (query.ndim - 3) + (1, sq, sk))
+            mask = cm if mask is None else jnp.logical_and(mask, cm)
+        return nn.dot_product_attention(
+            query, key, value, bias=bias, mask=mask, broadcast_dropout=broadcast_dropout,
+            dropout_rng=dropout_rng, dropout_rate=dropout_rate, deterministic=deterministic,
+            dtype=dtype, precision=precision, module=module,
+            force_fp32_for_softmax=force_fp32_for_softmax,
+            einsum_dot_general=einsum_dot_general,
+            qk_attn_weights_einsum=qk_attn_weights_einsum,
+            attn_weights_value_einsum=attn_weights_value_einsum,
+        )
+    return nnx.dot_product_attention(
+        query, key, value, bias, mask, broadcast_dropout, dropout_rng, dropout_rate,
+        deterministic, dtype, precision, module, is_causal=causal,
+    )
+
+
+def _attention_fn_impl(
+    query,
+    key,
+    value,
+    bias=None,
+    mask=None,
+    broadcast_dropout: bool = True,
+    dropout_rng=None,
+    dropout_rate: float = 0.0,
+    deterministic: bool = False,
+    dtype=None,
+    precision=None,
+    module=None,
+    promote_dtype=None,
+    is_causal: bool = False,
+    force_fp32_for_softmax: bool = False,
+    einsum_dot_general=None,
+    qk_attn_weights_einsum=None,
+    attn_weights_value_einsum=None,
+    *,
+    _causal: bool = False,
+    _fallback: bool = False,
+    _deterministic_grads: bool = False,
+):
+    causal = bool(_causal) or bool(is_causal)
+    reason = _unsupported_reason(
+        bias=bias, mask=mask, dropout_rate=dropout_rate, deterministic=deterministic,
+        module=module, einsum_dot_general=einsum_dot_general,
+        qk_attn_weights_einsum=qk_attn_weights_einsum,
+        attn_weights_value_einsum=attn_weights_value_einsum,
+    )
+    if reason is not None and not _fallback:
+        raise UnsupportedAttentionArgument(reason)
+    if reason is not None:
+        return _fallback_call(
+            query, key, value, bias=bias, mask=mask, broadcast_dropout=broadcast_dropout,
+            dropout_rng=dropout_rng, dropout_rate=dropout_rate, deterministic=deterministic,
+            dtype=dtype, precision=precision, module=module, causal=causal,
+            force_fp32_for_softmax=force_fp32_for_softmax,
+            einsum_dot_general=einsum_dot_general,
+            qk_attn_weights_einsum=qk_attn_weights_einsum,
+            attn_weights_value_einsum=attn_weights_value_einsum,
+        )
+    # `precision` and `force_fp32_for_softmax` are accepted and need nothing: the
+    # kernels always accumulate QK^T, the softmax and PV in float32.
+    query, key, value = _promote(query, key, value, dtype, promote_dtype)
+    return jax_flash.attention(
+        query, key, value, causal=causal, deterministic=_deterministic_grads
+    )
+
+
+def make_attention_fn(
+    *, causal: bool = False, fallback: bool = False, deterministic_grads: bool = False
+) -> Callable[..., jax.Array]:
+    """Builds a flax-compatible ``attention_fn`` running on jax_flash.
+
+    Args:
+      causal: always apply top-left causal masking, whatever ``is_causal`` the module
+        passes (``causal or is_causal``). Use this with
+        ``flax.linen.MultiHeadDotProductAttention``, which never passes ``is_causal``
+        (and then call it with ``mask=None``).
+      fallback: when a call has something the kernels cannot fuse (a ``mask`` or
+        ``bias``, dropout with ``deterministic=False``, ``sow_weights``, custom
+        einsums), run flax's own unfused ``dot_product_attention`` for that call
+        (honouring ``causal``) instead of raising
+        :class:`UnsupportedAttentionArgument`. Calls that can be fused still are.
+      deterministic_grads: passed to ``jax_flash.attention(deterministic=...)``:
+        bitwise-reproducible gradients on CUDA (the CPU backward always is).
+
+    The returned function takes the arguments of flax's
+    ``nnx.dot_product_attention`` / ``linen.dot_product_attention``: (query, key,
+    value, bias, mask, broadcast_dropout, dropout_rng, dropout_rate, deterministic,
+    dtype, precision, module, promote_dtype, is_causal, force_fp32_for_softmax,
+    einsum_dot_general, qk_attn_weights_einsum, attn_weights_value_einsum).
+    ``dtype`` (or ``promote_dtype``) casts q/k/v as flax does; ``precision`` and
+    ``force_fp32_for_softmax`` are accepted and have no effect (float32
+    accumulation and softmax always).
+    """
+    fn = functools.partial(
+        _attention_fn_impl,
+        _causal=bool(causal),
+        _fallback=bool(fallback),
+        _deterministic_grads=bool(deterministic_grads),
+    )
+    fn.__name__ = fn.__qualname__ = "attention_fn"
+    fn.__module__ = __name__
+    fn.__doc__ = (
+        f"jax_flash attention_fn (causal={bool(causal)}, fallback={bool(fallback)}, "
+        f"deterministic_grads={bool(deterministic_grads)}); see jax_flash.flax.make_attention_fn."
+    )
+    return fn
+
+
+#: The default attention_fn: causal only through ``is_causal``; unsupported arguments raise.
+attention_fn = make_attention_fn()
+
+
+# ---------------------------------------------------------------------------
+# Rotary position embedding.
+
+
+def apply_rope(x: jax.Array, positions: jax.Array, base: float = 10000.0) -> jax.Array:
+    """Rotary position embedding (rotate-half / GPT-NeoX layout).
+
+    x: [batch..., seq, heads, head_dim] (head_dim even); positions: integer array
+    broadcastable to [batch..., seq]. Computed in float32, returned in x.dtype.
+    """
+    d = x.shape[-1]
+    if d % 2:
+        raise ValueError(f"RoPE needs an even head_dim, got {d}")
+    half = d // 2
+    inv_freq = 1.0 / (base ** (jnp.arange(half, dtype=jnp.float32) / half))
+    ang = jnp.asarray(positions, jnp.float32)[..., None] * inv_freq  # [..., S, half]
+    cos = jnp.cos(ang)[..., None, :]
+    sin = jnp.sin(ang)[..., None, :]
+    xf = x.astype(jnp.float32)
+    x1, x2 = xf[..., :half], xf[..., half:]
+    out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+    return out.astype(x.dtype)
+
+
+# ---------------------------------------------------------------------------
+# Modules.
+
+#: attention_impl values of the modules: the fused kernels, or jax.nn (for comparisons).
+ATTENTION_IMPLS = ("jax_flash", "jax.nn")
+
+
+def _attend(q, k, v, *, causal: bool, impl: str, deterministic_grads: bool = False):
+    if impl == "jax_flash":
+        return jax_flash.attention(q, k, v, causal=causal, deterministic=deterministic_grads)
+    if impl == "jax.nn":
+        return jax.nn.dot_product_attention(q, k, v, is_causal=causal)
+    raise ValueError(f"attention_impl must be one of {ATTENTION_IMPLS}, got {impl!r}")
+
+
+def _check_heads(num_heads, num_kv_heads, qkv_features, rope):
+    if num_heads < 1 or num_kv_heads < 1 or num_heads % num_kv_heads:
+        raise ValueError(
+            f"num_heads ({num_heads}) must be a positive multiple of num_kv_heads ({num_kv_heads})"
+        )
+    if qkv_features % num_heads:
+        raise ValueError(
+            f"qkv_features ({qkv_features}) must be divisible by num_heads ({num_heads})"
+        )
+    head_dim = qkv_features // num_heads
+    if rope and head_dim % 2:
+        raise ValueError(f"rope=True needs an even head_dim, got {head_dim}")
+    return head_dim
+
+
+def _positions(positions, length):
+    return jnp.arange(length) if positions is None else positions
+
+
+default_kernel_init = nnx.initializers.lecun_normal()
+
+
+class MultiHeadAttention(nnx.Module):
+    """Multi-head (grouped-query) attention on jax_flash.
+
+    Projections q: in_features -> (num_heads, head_dim), k/v: in_kv_features ->
+    (num_kv_heads, head_dim), out: (num_heads, head_dim) -> out_features, with
+    head_dim = qkv_features // num_heads. Optional RoPE on q and k, then
+    ``jax_flash.attention(causal=causal)``. ``attention_impl="jax.nn"`` swaps in
+    ``jax.nn.dot_product_attention`` (same parameters; for comparisons).
+
+    Call: ``mha(inputs_q, inputs_kv=None, *, positions=None)``; positions (RoPE,
+    self-attention only) default to 0..seq-1.
+    """
+
+    def __init__(
+        self,
+        num_heads: int,
+        in_features: int,
+        qkv_features: int | None = None,
+        out_features: int | None = None,
+        *,
+        num_kv_heads: int | None = None,
+        in_kv_features: int | None = None,
+        causal: bool = False,
+        rope: bool = False,
+        rope_base: float = 10000.0,
+        use_bias: bool = True,
+        dtype: Any = None,
+        param_dtype: Any = jnp.float32,
+        kernel_init=default_kernel_init,
+        bias_init=nnx.initializers.zeros_init(),
+        attention_impl: str = "jax_flash",
+        deterministic_grads: bool = False,
+        rngs: nnx.Rngs,
+    ):
+        qkv_features = qkv_features or in_features
+        out_features = out_features or in_features
+        in_kv_features = in_kv_features or in_features
+        num_kv_heads = num_kv_heads or num_heads
+        self.head_dim = _check_heads(num_heads, num_kv_heads, qkv_features, rope)
+        if attention_impl not in ATTENTION_IMPLS:
+            raise ValueError(f"attention_impl must be one of {ATTENTION_IMPLS}, got {attention_impl!r}")
+        self.num_heads, self.num_kv_heads = num_heads, num_kv_heads
+        self.causal, self.rope, self.rope_base = bool(causal), bool(rope), float(rope_base)
+        self.dtype, self.attention_impl = dtype, attention_impl
+        self.deterministic_grads = bool(deterministic_grads)
+        lin = functools.partial(
+            nnx.LinearGeneral, use_bias=use_bias, dtype=dtype, param_dtype=param_dtype,
+            kernel_init=kernel_init, bias_init=bias_init, rngs=rngs,
+        )
+        self.query = lin(in_features, (num_heads, self.head_dim))
+        self.key = lin(in_kv_features, (num_kv_heads, self.head_dim))
+        self.value = lin(in_kv_features, (num_kv_heads, self.head_dim))
+        self.out = lin((num_heads, self.head_dim), out_features, axis=(-2, -1))
+
+    def __call__(self, inputs_q, inputs_kv=None, *, positions=None):
+        if positions is not None and inputs_kv is not None:
+            raise ValueError("positions is only supported for self-attention (inputs_kv=None)")
+        kv = inputs_q if inputs_kv is None else inputs_kv
+        q, k, v = self.query(inputs_q), self.key(kv), self.value(kv)
+        if self.rope:
+            q = apply_rope(q, _positions(positions, q.shape[-3]), self.rope_base)
+            k = apply_rope(k, _positions(positions, k.shape[-3]), self.rope_base)
+        dt = self.dtype or jnp.result_type(q, k, v)
+        q, k, v = (x.astype(dt) for x in (q, k, v))
+        o = _attend(q, k, v, causal=self.causal, impl=self.attention_impl,
+                    deterministic_grads=self.deterministic_grads)
+        return self.out(o)
+
+
+class MLP(nnx.Module):
+    """Linear -> GELU -> Linear."""
+
+    def __init__(self, d_model, hidden, *, dtype=None, param_dtype=jnp.float32, rngs):
+        lin = functools.partial(nnx.Linear, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.up = lin(d_model, hidden)
+        self.down = lin(hidden, d_model)
+
+    def __call__(self, x):
+        return self.down(jax.nn.gelu(self.up(x)))
+
+
+class TransformerBlock(nnx.Module):
+    """Pre-norm block: x + attn(LN(x)), then x + MLP(LN(x))."""
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        *,
+        num_kv_heads: int | None = None,
+        mlp_dim: int | None = None,
+        causal: bool = True,
+        rope: bool = True,
+        dtype: Any = None,
+        param_dtype: Any = jnp.float32,
+        attention_impl: str = "jax_flash",
+        rngs: nnx.Rngs,
+    ):
+        norm = functools.partial(nnx.LayerNorm, d_model, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.ln1 = norm()
+        self.attn = MultiHeadAttention(
+            num_heads, d_model, num_kv_heads=num_kv_heads, causal=causal, rope=rope,
+            use_bias=False, dtype=dtype, param_dtype=param_dtype,
+            attention_impl=attention_impl, rngs=rngs,
+        )
+        self.ln2 = norm()
+        self.mlp = MLP(d_model, mlp_dim or 4 * d_model, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+
+    def __call__(self, x, *, positions=None):
+        x = x + self.attn(self.ln1(x), positions=positions)
+        return x + self.mlp(self.ln2(x))
+
+
+class DecoderLM(nnx.Module):
+    """Small decoder-only LM: token embedding, causal RoPE blocks, final LN, tied unembedding.
+
+    ``model(tokens)`` with integer tokens [batch..., seq] returns float32 logits
+    [batch..., seq, vocab_size].
+    """
+
+    def __init__(
+        self,
+        vocab_size: int = 256,
+        *,
+        d_model: int = 128,
+        num_layers: int = 2,
+        num_heads: int = 4,
+        num_kv_heads: int | None = None,
+        mlp_dim: int | None = None,
+        dtype: Any = None,
+        param_dtype: Any = jnp.float32,
+        attention_impl: str = "jax_flash",
+        rngs: nnx.Rngs,
+    ):
+        self.embed = nnx.Embed(
+            vocab_size, d_model, dtype=dtype, param_dtype=param_dtype,
+            embedding_init=nnx.initializers.normal(stddev=1.0 / math.sqrt(d_model)), rngs=rngs,
+        )
+        self.blocks = nnx.List([
+            TransformerBlock(
+                d_model, num_heads, num_kv_heads=num_kv_heads, mlp_dim=mlp_dim, causal=True,
+                rope=True, dtype=dtype, param_dtype=param_dtype,
+                attention_impl=attention_impl, rngs=rngs,
+            )
+            for _ in range(num_layers)
+        ])
+        self.ln_f = nnx.LayerNorm(d_model, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+
+    def __call__(self, tokens, *, positions=None):
+        x = self.embed(tokens)
+        for block in self.blocks:
+            x = block(x, positions=positions)
+        return self.embed.attend(self.ln_f(x)).astype(jnp.float32)
