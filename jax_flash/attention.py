@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_flash import _ffi
+from jax_flash import partitioning as _partitioning
 
 SUPPORTED_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
 MAX_HEAD_DIM = 256
@@ -115,12 +116,8 @@ def _lse_shape(q):
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(3, 4))
 def _fwd_call(q, k, v, scale: float, causal: bool):
-    out_types = (
-        jax.ShapeDtypeStruct(q.shape, q.dtype),
-        jax.ShapeDtypeStruct(_lse_shape(q), jnp.float32),
-    )
-    call = jax.ffi.ffi_call(_ffi.FWD_TARGET, out_types, vmap_method="broadcast_all")
-    return call(q, k, v, scale=np.float32(scale), causal=bool(causal))
+    # Batch/head sharding under jit: see jax_flash/partitioning.py.
+    return _partitioning.fwd(q, k, v, scale, causal)
 
 
 @_fwd_call.defjvp
@@ -130,16 +127,7 @@ def _fwd_call_jvp(scale, causal, primals, tangents):
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(6, 7, 8))
 def _bwd_call(q, k, v, o, lse, do, scale: float, causal: bool, deterministic: bool):
-    out_types = (
-        jax.ShapeDtypeStruct(q.shape, q.dtype),
-        jax.ShapeDtypeStruct(k.shape, k.dtype),
-        jax.ShapeDtypeStruct(v.shape, v.dtype),
-    )
-    call = jax.ffi.ffi_call(_ffi.BWD_TARGET, out_types, vmap_method="broadcast_all")
-    return call(
-        q, k, v, o, lse, do,
-        scale=np.float32(scale), causal=bool(causal), deterministic=bool(deterministic),
-    )
+    return _partitioning.bwd(q, k, v, o, lse, do, scale, causal, deterministic)
 
 
 @_bwd_call.defjvp

@@ -1,0 +1,396 @@
+"""Batch and head sharding of the two FFI calls (jax.experimental.custom_partitioning).
+
+Under `jax.jit` with inputs sharded over batch axes and/or the head axis, the
+forward and backward custom calls run on each shard as they are: no all-gather
+or all-to-all. Both of JAX's partitioners are covered:
+
+* Shardy (the default): an einsum-like `sharding_rule`; the sequence axes and
+  head_dim are `need_replication` factors. With GQA, when the kv head count is
+  divisible by the mesh size, the q head axis is the compound factor (h g) of
+  the kv head factor h and the group g (g need_replication), so Shardy keeps a
+  q head and its kv head on the same shard while propagating. Otherwise the q
+  heads get their own factor (a compound factor could land on a sub-axis of a
+  mesh axis, which custom_partitioning cannot hand to Python) and the
+  partition callback below lines the heads up.
+* GSPMD (`jax_use_shardy_partitioner=False`): `infer_sharding_from_operands`
+  and `propagate_user_sharding`, with the same policy as below.
+
+The `partition` callback (used by both) settles the final shardings:
+
+* batch axes keep their sharding when the mesh axes divide the axis length
+  (otherwise that axis is replicated);
+* the head axis keeps its sharding when the number of shards divides the
+  number of *kv* heads (so every shard holds whole GQA groups); otherwise heads
+  are replicated: correct, but XLA then gathers the heads;
+* the sequence axes and head_dim are never sharded. A sequence-sharded input is
+  all-gathered by the partitioner before the call (correct, but memory hungry)
+  and a UserWarning at compile time points to `jax_flash.ring_attention`, the
+  sequence-parallel path (inside `shard_map`).
+
+Inside a `shard_map` over all mesh axes the calls lower directly (per device).
+Inside a `shard_map` over only some axes (`axis_names=`), the remaining auto
+axes are gathered before the kernel: correct, not efficient.
+
+The FFI results carry the shard_map varying-axes type of their operands, so
+`jax_flash.attention` inside `shard_map(check_vma=True)` is typed per device.
+
+`custom_partitioning` has no batching rule, so each call is also wrapped in a
+`jax.custom_batching.custom_vmap` that maps a vmapped axis onto a leading batch
+axis (what `vmap_method="broadcast_all"` does for the bare ffi_call).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.custom_batching import custom_vmap
+from jax.experimental.custom_partitioning import custom_partitioning
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from jax_flash import _ffi
+
+# ---------------------------------------------------------------------------
+# The bare FFI calls (what each shard runs).
+
+
+def _lse_shape(q):
+    return q.shape[:-3] + (q.shape[-2], q.shape[-3])
+
+
+def _sds_axis_kwarg():
+    """Name of ShapeDtypeStruct's keyword for shard_map's varying manual axes
+    ("vma" or, on some JAX versions, "manual_axis_type"), or None."""
+    try:
+        params = inspect.signature(jax.ShapeDtypeStruct.__init__).parameters
+    except (TypeError, ValueError):  # pragma: no cover
+        return None
+    for name in ("vma", "manual_axis_type"):
+        if name in params:
+            return name
+    return None
+
+
+_SDS_AXIS_KWARG = _sds_axis_kwarg()
+
+
+def _no_manual_axes(axes) -> bool:
+    empty = getattr(axes, "empty", None)  # ManualAxisType
+    if isinstance(empty, bool):
+        return empty
+    try:
+        return len(axes) == 0  # a set of axis names
+    except TypeError:  # pragma: no cover
+        return False
+
+
+def _result(shape, dtype, like):
+    """ShapeDtypeStruct for an FFI result that varies over the same shard_map
+    axes as the operand `like` (ffi_call otherwise types it as invariant inside
+    shard_map with check_vma=True)."""
+    if _SDS_AXIS_KWARG is not None:
+        try:
+            aval = jax.typeof(like)
+            axes = getattr(aval, _SDS_AXIS_KWARG)
+            if _no_manual_axes(axes):  # outside shard_map: nothing to add
+                return jax.ShapeDtypeStruct(shape, dtype)
+            mesh = getattr(getattr(aval, "sharding", None), "mesh", None)
+            kw = {_SDS_AXIS_KWARG: axes}
+            if mesh is not None and not mesh.empty:
+                kw["sharding"] = NamedSharding(mesh, P())
+            return jax.ShapeDtypeStruct(shape, dtype, **kw)
+        except Exception:  # pragma: no cover - unexpected JAX internals
+            pass
+    return jax.ShapeDtypeStruct(shape, dtype)
+
+
+def ffi_fwd(q, k, v, scale: float, causal: bool):
+    out_types = (
+        _result(q.shape, q.dtype, q),
+        _result(_lse_shape(q), jnp.float32, q),
+    )
+    call = jax.ffi.ffi_call(_ffi.FWD_TARGET, out_types, vmap_method="broadcast_all")
+    return call(q, k, v, scale=np.float32(scale), causal=bool(causal))
+
+
+def _bwd_workspace_floats(q, deterministic: bool) -> int:
+    """float32 scratch per leading-batch element for the CUDA backward: rowsum
+    D = rowsum(dO * O), plus the float32 dQ accumulator in atomic mode (head_dim
+    padded to the 32-multiple of the kernel), plus alignment slack. XLA hands
+    custom calls no reliable scratch allocator, so it travels as an extra,
+    discarded output (the CPU kernel ignores it)."""
+    sq, hq, d = q.shape[-3:]
+    d_pad = -(-d // 32) * 32
+    return hq * sq * (1 + (0 if deterministic else d_pad)) + 128
+
+
+def ffi_bwd(q, k, v, o, lse, do, scale: float, causal: bool, deterministic: bool):
+    out_types = (
+        _result(q.shape, q.dtype, q),
+        _result(k.shape, k.dtype, q),
+        _result(v.shape, v.dtype, q),
+        _result(q.shape[:-3] + (_bwd_workspace_floats(q, deterministic),), jnp.float32, q),
+    )
+    call = jax.ffi.ffi_call(_ffi.BWD_TARGET, out_types, vmap_method="broadcast_all")
+    dq, dk, dv, _workspace = call(
+        q, k, v, o, lse, do,
+        scale=np.float32(scale), causal=bool(causal), deterministic=bool(deterministic),
+    )
+    return dq, dk, dv
+
+
+# ---------------------------------------------------------------------------
+# Sharding policy (GSPMD callbacks and the partition callback).
+
+
+def _axes(entry) -> tuple:
+    """Mesh axis names of one PartitionSpec entry."""
+    if entry is None:
+        return ()
+    if isinstance(entry, (tuple, list)):
+        return tuple(entry)
+    return (entry,)
+
+
+def _spec_entries(sharding, ndim) -> list[tuple]:
+    spec = tuple(sharding.spec) if isinstance(sharding, NamedSharding) else ()
+    spec = spec + (None,) * (ndim - len(spec))
+    return [_axes(e) for e in spec[:ndim]]
+
+
+def _n_shards(mesh, axes) -> int:
+    return int(math.prod(mesh.shape[a] for a in axes))
+
+
+def _entry(axes):
+    if not axes:
+        return None
+    return axes[0] if len(axes) == 1 else tuple(axes)
+
+
+def _plan(mesh, q_shape, q_sharding, kv_shape, kv_sharding):
+    """(batch_axes, head_axes): the mesh axes kept on each batch axis and on the
+    head axis. Everything else is replicated."""
+    nb = len(q_shape) - 3
+    q_ent = _spec_entries(q_sharding, len(q_shape))
+    kv_ent = _spec_entries(kv_sharding, len(kv_shape)) if kv_sharding is not None else None
+    used: set = set()
+    batch = []
+    for i in range(nb):
+        axes = q_ent[i] if q_ent[i] else (kv_ent[i] if kv_ent else ())
+        if axes and (q_shape[i] % _n_shards(mesh, axes) != 0 or used & set(axes)):
+            axes = ()
+        used |= set(axes)
+        batch.append(axes)
+    hkv = kv_shape[-2]
+    head = ()
+    for cand in (q_ent[-2], kv_ent[-2] if kv_ent else ()):
+        if cand and hkv % _n_shards(mesh, cand) == 0 and not (used & set(cand)):
+            head = cand
+            break
+    return tuple(batch), head
+
+
+_SEQ_WARNING = (
+    "jax_flash.attention: the sequence axis of q/k/v is sharded; XLA gathers the whole "
+    "sequence onto every device before the kernel (correct, but not sequence parallel). "
+    "For sequence parallelism use jax_flash.ring_attention inside shard_map."
+)
+
+
+def _warn_if_sequence_sharded(q, k):
+    if _spec_entries(q.sharding, q.ndim)[-3] or _spec_entries(k.sharding, k.ndim)[-3]:
+        warnings.warn(_SEQ_WARNING, stacklevel=2)
+
+
+def _named(mesh, batch, head, kind):
+    """NamedSharding for an operand of the given kind: 'bshd' (q, k, v, o, do)
+    or 'bhs' (lse)."""
+    b = [_entry(a) for a in batch]
+    if kind == "bshd":
+        return NamedSharding(mesh, P(*b, None, _entry(head), None))
+    return NamedSharding(mesh, P(*b, _entry(head), None))
+
+
+def _shape_of(x):
+    return tuple(x.shape)
+
+
+# ---------------------------------------------------------------------------
+# custom_partitioning + custom_vmap wrappers, one per static configuration.
+
+
+def _rule_kwargs(rule: str, group: int) -> dict:
+    # Shardy wants the special factors in the order the factors first appear.
+    names = []
+    for tok in rule.replace("(", " ").replace(")", " ").replace(",", " ").split():
+        if tok.isidentifier() and tok not in names:
+            names.append(tok)
+    kw = {"need_replication_factors": tuple(f for f in names if f in ("sq", "sk", "d", "g"))}
+    if "(h g)" in rule:
+        kw["g"] = group
+    return kw
+
+
+def _q_heads_factor(mesh, group: int, hkv: int) -> str:
+    """Shardy factor of the q head axis.
+
+    "(h g)" (compound: a q head shard is always its kv heads' shard) when the
+    kv head count is divisible by the mesh size, so no sharding of the kv heads
+    over any set of mesh axes can split a mesh axis; otherwise an independent
+    factor "hq" (a compound factor could then be split onto a sub-axis of a
+    mesh axis, which custom_partitioning cannot decode). With "hq" the
+    partition callback still lines q heads up with their kv heads (or
+    replicates heads).
+    """
+    try:
+        n = int(mesh.size)
+    except Exception:  # pragma: no cover - no mesh in context
+        n = 0
+    if group > 1 and n > 0 and hkv % n == 0:
+        return "(h g)"
+    return "h" if group == 1 else "hq"
+
+
+def _fwd_rule(group: int, hkv: int):
+    def rule(mesh, value_types, result_types):
+        hq = _q_heads_factor(mesh, group, hkv)
+        r = f"... sq {hq} d, ... sk h d, ... sk h d -> ... sq {hq} d, ... {hq} sq"
+        return r, _rule_kwargs(r, group)
+
+    return rule
+
+
+def _bwd_rule(group: int, hkv: int):
+    def rule(mesh, value_types, result_types):
+        hq = _q_heads_factor(mesh, group, hkv)
+        qt = f"... sq {hq} d"
+        kt = "... sk h d"
+        r = f"{qt}, {kt}, {kt}, {qt}, ... {hq} sq, {qt} -> {qt}, {kt}, {kt}"
+        return r, _rule_kwargs(r, group)
+
+    return rule
+
+
+def _broadcast_rule(fn, n_out):
+    """custom_vmap rule: move every vmapped axis to the front as an extra batch
+    axis (broadcasting unbatched operands), then call `fn` again."""
+
+    def rule(axis_size, in_batched, *args):
+        args = [
+            a if b else jnp.broadcast_to(a, (axis_size,) + a.shape)
+            for a, b in zip(args, in_batched)
+        ]
+        return fn(*args), (True,) * n_out
+
+    return rule
+
+
+@functools.lru_cache(maxsize=None)
+def _fwd_fn(scale: float, causal: bool, group: int, hkv: int):
+    @custom_partitioning
+    def part(q, k, v):
+        return ffi_fwd(q, k, v, scale, causal)
+
+    def infer(mesh, arg_shapes, result_shape):
+        q, k, _ = arg_shapes
+        batch, head = _plan(mesh, _shape_of(q), q.sharding, _shape_of(k), k.sharding)
+        return (_named(mesh, batch, head, "bshd"), _named(mesh, batch, head, "bhs"))
+
+    def propagate(mesh, user_shape):
+        o = user_shape[0]
+        shape = _shape_of(o)
+        batch, head = _plan(mesh, shape, o.sharding, shape[:-2] + (shape[-2] // group, shape[-1]), None)
+        return (_named(mesh, batch, head, "bshd"), _named(mesh, batch, head, "bhs"))
+
+    def partition(mesh, arg_shapes, result_shape):
+        q, k, _ = arg_shapes
+        _warn_if_sequence_sharded(q, k)
+        batch, head = _plan(mesh, _shape_of(q), q.sharding, _shape_of(k), k.sharding)
+        x = _named(mesh, batch, head, "bshd")
+        lse = _named(mesh, batch, head, "bhs")
+
+        def lower(q, k, v):
+            return ffi_fwd(q, k, v, scale, causal)
+
+        return mesh, lower, (x, lse), (x, x, x)
+
+    part.def_partition(
+        partition=partition,
+        infer_sharding_from_operands=infer,
+        propagate_user_sharding=propagate,
+        sharding_rule=_fwd_rule(group, hkv),
+    )
+
+    @custom_vmap
+    def call(q, k, v):
+        return part(q, k, v)
+
+    call.def_vmap(_broadcast_rule(call, 2))
+    return call
+
+
+@functools.lru_cache(maxsize=None)
+def _bwd_fn(scale: float, causal: bool, deterministic: bool, group: int, hkv: int):
+    @custom_partitioning
+    def part(q, k, v, o, lse, do):
+        return ffi_bwd(q, k, v, o, lse, do, scale, causal, deterministic)
+
+    def infer(mesh, arg_shapes, result_shape):
+        q, k = arg_shapes[0], arg_shapes[1]
+        batch, head = _plan(mesh, _shape_of(q), q.sharding, _shape_of(k), k.sharding)
+        x = _named(mesh, batch, head, "bshd")
+        return (x, x, x)
+
+    def propagate(mesh, user_shape):
+        dq = user_shape[0]
+        shape = _shape_of(dq)
+        batch, head = _plan(mesh, shape, dq.sharding, shape[:-2] + (shape[-2] // group, shape[-1]), None)
+        x = _named(mesh, batch, head, "bshd")
+        return (x, x, x)
+
+    def partition(mesh, arg_shapes, result_shape):
+        q, k = arg_shapes[0], arg_shapes[1]
+        _warn_if_sequence_sharded(q, k)
+        batch, head = _plan(mesh, _shape_of(q), q.sharding, _shape_of(k), k.sharding)
+        x = _named(mesh, batch, head, "bshd")
+        lse = _named(mesh, batch, head, "bhs")
+
+        def lower(q, k, v, o, lse_, do):
+            return ffi_bwd(q, k, v, o, lse_, do, scale, causal, deterministic)
+
+        return mesh, lower, (x, x, x), (x, x, x, x, lse, x)
+
+    part.def_partition(
+        partition=partition,
+        infer_sharding_from_operands=infer,
+        propagate_user_sharding=propagate,
+        sharding_rule=_bwd_rule(group, hkv),
+    )
+
+    @custom_vmap
+    def call(q, k, v, o, lse, do):
+        return part(q, k, v, o, lse, do)
+
+    call.def_vmap(_broadcast_rule(call, 3))
+    return call
+
+
+def fwd(q, k, v, scale: float, causal: bool):
+    """(o, lse) of the forward kernel; shards over batch and heads under jit."""
+    group = q.shape[-2] // k.shape[-2]
+    o, lse = _fwd_fn(float(scale), bool(causal), int(group), int(k.shape[-2]))(q, k, v)
+    return o, lse
+
+
+def bwd(q, k, v, o, lse, do, scale: float, causal: bool, deterministic: bool):
+    """(dq, dk, dv) of the backward kernel; shards over batch and heads under jit."""
+    group = q.shape[-2] // k.shape[-2]
+    dq, dk, dv = _bwd_fn(float(scale), bool(causal), bool(deterministic), int(group), int(k.shape[-2]))(
+        q, k, v, o, lse, do)
+    return dq, dk, dv
