@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call: build with CUDA, run the GPU tests, the sanitizers and the
 # benchmark, keeping logs and JSON under $OUT (the device machine keeps nothing).
-#   bash benchmarks/gpu_session.sh [build] [test] [sanitize] [bench] [bench-quick]
+#   bash benchmarks/gpu_session.sh [build] [test] [sanitize] [bench] [bench-grid] [bench-quick]
+# JAX_FLASH_CUDA_ARCHS=90a builds for the H100 alone (half the compile time).
 # Needs the nvidia-cutlass wheel in .whl/ (carried; see README "Building for GPU").
 set -uo pipefail
 OUT=${OUT:-/tmp/jf_out}
@@ -27,7 +28,8 @@ for stage in $stages; do
       (cd /tmp && python3 -m jax_flash --no-timing) 2>&1 | tee "$OUT/selfcheck.txt" | tail -8
       ;;
     test)
-      timeout 400 python3 -P -m pytest -m gpu -q -x tests 2>&1 | tee "$OUT/pytest_gpu.log" | tail -25
+      timeout ${TEST_TIMEOUT:-400} python3 -P -m pytest -m gpu -q --durations=10 ${TESTS:-tests} 2>&1 \
+        | tee "$OUT/pytest_gpu.log" | tail -25
       ;;
     sanitize)
       for s in tests/cuda/sanitize*.sh; do
@@ -37,6 +39,10 @@ for stage in $stages; do
       ;;
     bench)
       python3 benchmarks/bench_attention.py --out "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log"
+      ;;
+    bench-grid)  # the anchors' seqlens (1k, 4k, 16k) for every head dim
+      timeout ${BENCH_TIMEOUT:-600} python3 benchmarks/bench_attention.py --seqlens 1024 4096 16384 \
+        --out "$OUT/bench_grid.json" 2>&1 | tee "$OUT/bench_grid.log"
       ;;
     bench-quick)
       python3 benchmarks/bench_attention.py --head-dims 128 --seqlens 1024 4096 16384 \

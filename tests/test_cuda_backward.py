@@ -10,6 +10,8 @@ gradient's magnitude.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -37,6 +39,7 @@ def _mask(sq, sk, causal):
     return jnp.arange(sk)[None, :] <= jnp.arange(sq)[:, None]  # top-left: key j <= query i
 
 
+@functools.partial(jax.jit, static_argnums=(3, 4))
 def _reference(q, k, v, causal, compute_dtype):
     """Plain attention in compute_dtype (float32 = reference, 16-bit = naive)."""
     group = q.shape[-2] // k.shape[-2]

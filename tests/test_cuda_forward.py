@@ -8,6 +8,8 @@ inputs' 16-bit dtype (plus a small absolute slack).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -39,6 +41,7 @@ def _mask(sq, sk, causal):
     return jnp.arange(sk)[None, :] <= jnp.arange(sq)[:, None]  # top-left: key j <= query i
 
 
+@functools.partial(jax.jit, static_argnums=(3, 4, 5))
 def _reference(q, k, v, causal, scale, compute_dtype):
     """Plain attention; compute_dtype float32 = reference, 16-bit = naive."""
     group = q.shape[-2] // k.shape[-2]
