@@ -16,6 +16,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
+COLORS = {"jax_flash": "tab:orange", "cudnn": "tab:blue", "pallas": "tab:green", "xla": "tab:red"}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("json", nargs="+")
@@ -34,6 +37,7 @@ def main(argv=None):
         for impl, pts in sorted(series.items()):
             pts.sort()
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=impl,
+                    color=COLORS.get(impl),
                     linewidth=2.5 if impl == "jax_flash" else 1.2)
         ax.set_xscale("log", base=2)
         ax.set_title(f"d={d} {'causal' if causal else 'non-causal'} {mode}", fontsize=9)
