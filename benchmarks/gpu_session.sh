@@ -28,7 +28,8 @@ for stage in $stages; do
       (cd /tmp && python3 -m jax_flash --no-timing) 2>&1 | tee "$OUT/selfcheck.txt" | tail -8
       ;;
     test)
-      timeout ${TEST_TIMEOUT:-400} python3 -P -m pytest -m gpu -q --durations=10 ${TESTS:-tests} 2>&1 \
+      # XLA autotuning of the jnp references costs ~15 s a test; the kernels need none.
+      XLA_FLAGS="${XLA_FLAGS:---xla_gpu_autotune_level=0}" timeout ${TEST_TIMEOUT:-400} python3 -P -m pytest -m gpu -q --durations=10 ${TESTS:-tests} 2>&1 \
         | tee "$OUT/pytest_gpu.log" | tail -25
       ;;
     sanitize)
