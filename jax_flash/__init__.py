@@ -3,6 +3,7 @@
 from jax_flash._ffi import compiled_platforms, cpu_isa, cuda_archs
 from jax_flash.attention import attention
 from jax_flash.reference import attention_reference
+from jax_flash.ring import ring_attention, zigzag_permute, zigzag_unpermute
 
 __version__ = "0.1.0"
 
@@ -12,5 +13,8 @@ __all__ = [
     "compiled_platforms",
     "cpu_isa",
     "cuda_archs",
+    "ring_attention",
+    "zigzag_permute",
+    "zigzag_unpermute",
     "__version__",
 ]

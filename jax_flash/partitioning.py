@@ -27,9 +27,11 @@ The `partition` callback (used by both) settles the final shardings:
   and a UserWarning at compile time points to `jax_flash.ring_attention`, the
   sequence-parallel path (inside `shard_map`).
 
-Inside a `shard_map` over all mesh axes the calls lower directly (per device).
-Inside a `shard_map` over only some axes (`axis_names=`), the remaining auto
-axes are gathered before the kernel: correct, not efficient.
+Inside `shard_map` (any manual mesh axis at trace time) the bare FFI calls are
+used: each device runs the kernel on its own block. In a `shard_map` over only
+some mesh axes (`axis_names=`), XLA gathers the remaining auto axes before the
+kernel: correct, not efficient (custom_partitioning cannot help there: it gets
+no mesh to decode shardings with, and GSPMD aborts on it).
 
 The FFI results carry the shard_map varying-axes type of their operands, so
 `jax_flash.attention` inside `shard_map(check_vma=True)` is typed per device.
@@ -381,8 +383,19 @@ def _bwd_fn(scale: float, causal: bool, deterministic: bool, group: int, hkv: in
     return call
 
 
+def _inside_shard_map() -> bool:
+    """True while tracing inside shard_map (some mesh axes manual). There each
+    device runs the kernel on its block, so the bare FFI call is used."""
+    try:
+        return bool(jax.sharding.get_abstract_mesh().manual_axes)
+    except Exception:  # pragma: no cover - API drift
+        return False
+
+
 def fwd(q, k, v, scale: float, causal: bool):
     """(o, lse) of the forward kernel; shards over batch and heads under jit."""
+    if _inside_shard_map():
+        return ffi_fwd(q, k, v, scale, causal)
     group = q.shape[-2] // k.shape[-2]
     o, lse = _fwd_fn(float(scale), bool(causal), int(group), int(k.shape[-2]))(q, k, v)
     return o, lse
@@ -390,6 +403,8 @@ def fwd(q, k, v, scale: float, causal: bool):
 
 def bwd(q, k, v, o, lse, do, scale: float, causal: bool, deterministic: bool):
     """(dq, dk, dv) of the backward kernel; shards over batch and heads under jit."""
+    if _inside_shard_map():
+        return ffi_bwd(q, k, v, o, lse, do, scale, causal, deterministic)
     group = q.shape[-2] // k.shape[-2]
     dq, dk, dv = _bwd_fn(float(scale), bool(causal), bool(deterministic), int(group), int(k.shape[-2]))(
         q, k, v, o, lse, do)

@@ -1,0 +1,348 @@
+"""Sequence parallelism: ring attention over a named mesh axis (inside shard_map).
+
+Each device holds a contiguous shard of the sequence of q, k and v (or, for
+load-balanced causal attention, the zigzag shards made by `zigzag_permute`).
+K/V shards travel once around the ring with `jax.lax.ppermute`; at every step
+the forward kernel computes a partial (o, lse) of the local queries against the
+visiting K/V shard, and the partials are merged in float32 through their
+log-sum-exps. The next step's ppermute is issued before the current step's
+kernel, so XLA may overlap the transfer with the computation.
+
+The backward pass is a second ring: the K/V shards travel again, now with their
+float32 dK/dV accumulators, and every step runs the backward kernel with the
+*final* o and the *global* lse (so the kernel's D = rowsum(dO * O) and
+P = exp(S - lse) are the global ones). After the last step one more ppermute
+brings every dK/dV home.
+
+Causal masking per step (n devices, device i, visiting shard j = (i - t) mod n):
+
+* contiguous layout: step 0 (j = i) is the causal diagonal block; j < i is
+  fully visible; j > i is skipped. Device n-1 does n blocks, device 0 one.
+* zigzag layout (`zigzag=True`): device i holds chunks i and 2n-1-i of 2n equal
+  chunks, in that order. Step 0 is again plain top-left causal on the local
+  sequence (the local order is increasing in global position). For j != i, per
+  half chunk (q0 = chunk i, q1 = chunk 2n-1-i, k0 = chunk j, k1 = chunk 2n-1-j):
+  q0 x k1 is never visible and q1 x k0 always is; q0 x k0 is visible iff j < i
+  and q1 x k1 iff j > i. So j < i computes all of q against k0 and j > i
+  computes q1 against all of k: half a block either way, on every device.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from jax_flash.attention import _bwd_call, _check_inputs, _check_scale, _fwd_call
+
+__all__ = ["ring_attention", "zigzag_permute", "zigzag_unpermute", "shard_map"]
+
+
+# ---------------------------------------------------------------------------
+# shard_map across JAX versions, and zigzag token order.
+
+
+def shard_map(f, *, mesh, in_specs, out_specs, check_vma=True):
+    """`jax.shard_map` where it exists (JAX >= 0.7), else
+    `jax.experimental.shard_map.shard_map` (check_vma is then check_rep)."""
+    sm = getattr(jax, "shard_map", None)
+    if sm is not None:
+        return sm(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=check_vma)
+    from jax.experimental.shard_map import shard_map as old_sm  # pragma: no cover
+
+    return old_sm(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_rep=check_vma)
+
+
+def _zigzag_order(n: int):
+    order = []
+    for i in range(n):
+        order += [i, 2 * n - 1 - i]
+    return order
+
+
+def _check_zigzag(x, n, axis):
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"zigzag: n must be a positive int (the ring size), got {n!r}")
+    length = x.shape[axis]
+    if length % (2 * n):
+        raise ValueError(
+            f"zigzag: the sequence length ({length}, axis {axis}) must be divisible by 2*n = {2 * n}"
+        )
+
+
+def zigzag_permute(x, n: int, axis: int = -3):
+    """Reorders a sequence axis into zigzag order for a ring of `n` devices.
+
+    The axis is cut into 2n equal chunks c_0 .. c_{2n-1} and reordered as
+    c_0, c_{2n-1}, c_1, c_{2n-2}, ..., so that sharding the result evenly over
+    n devices gives device i the chunks i and 2n-1-i. `axis` defaults to the
+    sequence axis of the [batch..., seqlen, heads, head_dim] layout.
+    """
+    _check_zigzag(x, n, axis)
+    chunks = jnp.split(x, 2 * n, axis=axis)
+    return jnp.concatenate([chunks[c] for c in _zigzag_order(n)], axis=axis)
+
+
+def zigzag_unpermute(x, n: int, axis: int = -3):
+    """Inverse of `zigzag_permute`."""
+    _check_zigzag(x, n, axis)
+    chunks = jnp.split(x, 2 * n, axis=axis)
+    inv = [0] * (2 * n)
+    for pos, c in enumerate(_zigzag_order(n)):
+        inv[c] = pos
+    return jnp.concatenate([chunks[inv[c]] for c in range(2 * n)], axis=axis)
+
+
+# ---------------------------------------------------------------------------
+# Per-step blocks. Sequence axis of q/k/v/o is -3; of lse it is -1.
+
+
+def _axis_size(axis_name) -> int:
+    size = getattr(jax.lax, "axis_size", None)
+    if size is not None:
+        return int(size(axis_name))
+    return int(jax.lax.psum(1, axis_name))  # pragma: no cover - old JAX
+
+
+def _seq_slice(x, start, stop, axis=-3):
+    return jax.lax.slice_in_dim(x, start, stop, axis=x.ndim + axis)
+
+
+def _pad_front(x, n, axis=-3, value=0.0):
+    """Prepends n entries of `value` along axis (built from x so it stays
+    device-varying inside shard_map)."""
+    filler = jnp.full_like(_seq_slice(x, 0, n, axis), value)
+    return jnp.concatenate([filler, x], axis=x.ndim + axis)
+
+
+def _pad_back(x, n, axis=-3, value=0.0):
+    filler = jnp.full_like(_seq_slice(x, 0, n, axis), value)
+    return jnp.concatenate([x, filler], axis=x.ndim + axis)
+
+
+def _rows(w):
+    """[..., H, S] weights -> [..., S, H, 1] to scale o rows."""
+    return jnp.swapaxes(w, -1, -2)[..., None]
+
+
+def _merge(o_acc, lse_acc, o, lse):
+    """Merges a partial (o, lse) into float32 accumulators through the LSE."""
+    new = jnp.logaddexp(lse_acc, lse)
+    safe = jnp.where(jnp.isfinite(new), new, 0.0)
+    w_acc = jnp.exp(lse_acc - safe)
+    w = jnp.exp(lse - safe)
+    return o_acc * _rows(w_acc) + o.astype(jnp.float32) * _rows(w), new
+
+
+def _step_kind(t: int, causal: bool, zigzag: bool, idx, n: int):
+    """(static kind, traced predicate): what step t computes on this device.
+
+    kind "full": one unmasked block; "causal": the diagonal block; "lower_or_skip":
+    full if the visiting shard is earlier else skipped (contiguous causal);
+    "zigzag": earlier shard -> q x k0, later shard -> q1 x k (zigzag causal).
+    """
+    if not causal:
+        return "full", None
+    if t == 0:
+        return "causal", None
+    src = (idx - t) % n
+    return ("zigzag" if zigzag else "lower_or_skip"), src < idx
+
+
+def _block_fwd(kind, pred, q, k, v, scale):
+    """Partial (o, lse) of the local q against one visiting K/V shard."""
+    if kind in ("full", "causal"):
+        return _fwd_call(q, k, v, scale, kind == "causal")
+    if kind == "lower_or_skip":
+
+        def skip(q, k, v):  # (zeros_like keeps q's shard_map varying-ness)
+            return jnp.zeros_like(q), jnp.full_like(_rows_t(q), -jnp.inf)
+
+        return jax.lax.cond(pred, lambda q, k, v: _fwd_call(q, k, v, scale, False), skip, q, k, v)
+    # zigzag
+    c = q.shape[-3] // 2
+
+    def earlier(q, k, v):  # all of q sees the first half of the visiting shard
+        return _fwd_call(q, _seq_slice(k, 0, c), _seq_slice(v, 0, c), scale, False)
+
+    def later(q, k, v):  # the second half of q sees all of the visiting shard
+        o1, lse1 = _fwd_call(_seq_slice(q, c, 2 * c), k, v, scale, False)
+        return _pad_front(o1, c), _pad_front(lse1, c, axis=-1, value=-jnp.inf)
+
+    return jax.lax.cond(pred, earlier, later, q, k, v)
+
+
+def _rows_t(q):
+    """A zero [..., H, S] float32 array derived from q (for the lse shape)."""
+    return jnp.swapaxes(jnp.zeros_like(q[..., 0], dtype=jnp.float32), -1, -2)
+
+
+def _block_bwd(kind, pred, q, k, v, o, lse, do, scale, deterministic):
+    """(dq, dk, dv) of one block, with the global lse and the final o."""
+    if kind in ("full", "causal"):
+        return _bwd_call(q, k, v, o, lse, do, scale, kind == "causal", deterministic)
+    if kind == "lower_or_skip":
+
+        def skip(q, k, v, o, lse, do):
+            return jnp.zeros_like(q), jnp.zeros_like(k), jnp.zeros_like(v)
+
+        def full(q, k, v, o, lse, do):
+            return _bwd_call(q, k, v, o, lse, do, scale, False, deterministic)
+
+        return jax.lax.cond(pred, full, skip, q, k, v, o, lse, do)
+    c = q.shape[-3] // 2
+
+    def earlier(q, k, v, o, lse, do):
+        dq, dk0, dv0 = _bwd_call(
+            q, _seq_slice(k, 0, c), _seq_slice(v, 0, c), o, lse, do, scale, False, deterministic)
+        return dq, _pad_back(dk0, c), _pad_back(dv0, c)
+
+    def later(q, k, v, o, lse, do):
+        hi = lambda x: _seq_slice(x, c, 2 * c)
+        dq1, dk, dv = _bwd_call(
+            hi(q), k, v, hi(o), _seq_slice(lse, c, 2 * c, axis=-1), hi(do), scale, False, deterministic)
+        return _pad_front(dq1, c), dk, dv
+
+    return jax.lax.cond(pred, earlier, later, q, k, v, o, lse, do)
+
+
+# ---------------------------------------------------------------------------
+# The ring passes.
+
+
+def _ring_perm(n):
+    return [(i, (i + 1) % n) for i in range(n)]
+
+
+def _ring_forward(q, k, v, scale, causal, zigzag, axis_name):
+    n = _axis_size(axis_name)
+    idx = jax.lax.axis_index(axis_name)
+    perm = _ring_perm(n)
+    o_acc = jnp.zeros_like(q, dtype=jnp.float32)
+    lse_acc = jnp.full_like(_rows_t(q), -jnp.inf)
+    kv = (k, v)
+    for t in range(n):
+        # Issue the transfer of the next shard before this step's kernel.
+        nxt = jax.lax.ppermute(kv, axis_name, perm) if t < n - 1 else None
+        kind, pred = _step_kind(t, causal, zigzag, idx, n)
+        o_t, lse_t = _block_fwd(kind, pred, q, kv[0], kv[1], scale)
+        o_acc, lse_acc = _merge(o_acc, lse_acc, o_t, lse_t)
+        kv = nxt
+    return o_acc.astype(q.dtype), lse_acc
+
+
+def _ring_backward(q, k, v, o, lse, do, dlse, scale, causal, zigzag, deterministic, axis_name):
+    n = _axis_size(axis_name)
+    idx = jax.lax.axis_index(axis_name)
+    perm = _ring_perm(n)
+    f32 = jnp.float32
+    dq = jnp.zeros_like(q, dtype=f32)
+    dk = jnp.zeros_like(k, dtype=f32)
+    dv = jnp.zeros_like(v, dtype=f32)
+    if dlse is not None:
+        # lse cotangent g: dq_i += scale g_i sum_j P_ij k_j and dk_j += scale sum_i P_ij g_i q_i.
+        g = jnp.where(jnp.isfinite(lse), dlse, 0.0).astype(f32)
+        gq = (_rows(g) * q.astype(f32)).astype(q.dtype)
+        zeros_o = jnp.zeros_like(q)
+        pk_acc = jnp.zeros_like(q, dtype=f32)
+    kv = (k, v)
+    for t in range(n):
+        nxt = jax.lax.ppermute(kv, axis_name, perm) if t < n - 1 else None
+        kind, pred = _step_kind(t, causal, zigzag, idx, n)
+        dq_t, dk_t, dv_t = _block_bwd(kind, pred, q, kv[0], kv[1], o, lse, do, scale, deterministic)
+        dq = dq + dq_t.astype(f32)
+        dk = dk + dk_t.astype(f32)
+        dv = dv + dv_t.astype(f32)
+        if dlse is not None:
+            pk_t, lse_t = _block_fwd(kind, pred, q, kv[0], kv[0], scale)
+            safe = jnp.where(jnp.isfinite(lse), lse, 0.0)
+            pk_acc = pk_acc + pk_t.astype(f32) * _rows(jnp.exp(lse_t - safe))
+            _, _, pt_gq = _block_bwd(kind, pred, q, kv[0], kv[0], zeros_o, lse, gq, scale, deterministic)
+            dk = dk + scale * pt_gq.astype(f32)
+        # dK/dV travel with their shard; the n-th transfer brings them home.
+        dk, dv = jax.lax.ppermute((dk, dv), axis_name, perm)
+        kv = nxt
+    if dlse is not None:
+        dq = dq + scale * _rows(g) * pk_acc
+    return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6, 7))
+def _ring(q, k, v, scale, causal, zigzag, deterministic, axis_name):
+    return _ring_forward(q, k, v, scale, causal, zigzag, axis_name)
+
+
+def _ring_fwd_rule(q, k, v, scale, causal, zigzag, deterministic, axis_name):
+    q, k, v = q.value, k.value, v.value
+    o, lse = _ring_forward(q, k, v, scale, causal, zigzag, axis_name)
+    return (o, lse), (q, k, v, o, lse)
+
+
+def _ring_bwd_rule(scale, causal, zigzag, deterministic, axis_name, residuals, cotangents):
+    q, k, v, o, lse = residuals
+    do, dlse = cotangents
+    sym_zero = jax.custom_derivatives.SymbolicZero
+    if isinstance(do, sym_zero):
+        do = jnp.zeros_like(o)
+    dlse = None if isinstance(dlse, sym_zero) else dlse
+    return _ring_backward(q, k, v, o, lse, do.astype(o.dtype), dlse, scale, causal, zigzag,
+                          deterministic, axis_name)
+
+
+_ring.defvjp(_ring_fwd_rule, _ring_bwd_rule, symbolic_zeros=True)
+
+
+# ---------------------------------------------------------------------------
+# Public API.
+
+
+def ring_attention(
+    q,
+    k,
+    v,
+    *,
+    axis_name,
+    causal: bool = False,
+    zigzag: bool = False,
+    scale: float | None = None,
+    return_lse: bool = False,
+    deterministic: bool = False,
+):
+    """Sequence-parallel (ring) attention; call it inside `shard_map`.
+
+    q, k and v are this device's shards of the sequence, in jax_flash's layout:
+    q [batch..., seqlen_q / n, heads, head_dim], k/v [batch..., seqlen_k / n,
+    heads_kv, head_dim] (GQA as in `jax_flash.attention`), the sequence split
+    over the mesh axis `axis_name` of size n. K/V shards circulate with
+    `jax.lax.ppermute`; the result is this device's shard of the output.
+
+    Args:
+      axis_name: the mesh axis (or tuple of axes) the sequence is sharded over.
+      causal: top-left causal mask over the *global* positions; needs equal
+        q and k/v shard lengths.
+      zigzag: the shards are in zigzag order (`zigzag_permute(x, n)` before
+        sharding, `zigzag_unpermute` after): balanced causal work on every
+        device. Without it the shards are contiguous and, when causal, device i
+        does i+1 of the n blocks.
+      scale, return_lse, deterministic: as in `jax_flash.attention`; lse is the
+        global log-sum-exp of this device's rows, [batch..., heads, seqlen_q / n].
+
+    Returns:
+      o shaped like q, or (o, lse) when return_lse.
+    """
+    _check_inputs(q, k, v)
+    s = _check_scale(scale, q.shape[-1])
+    if causal and q.shape[-3] != k.shape[-3]:
+        raise ValueError(
+            "jax_flash.ring_attention: causal needs equal q and k/v shard lengths, got "
+            f"q.shape={tuple(q.shape)}, k.shape={tuple(k.shape)}"
+        )
+    if zigzag and causal and q.shape[-3] % 2:
+        raise ValueError(
+            "jax_flash.ring_attention: zigzag shards hold two equal chunks, so the local "
+            f"sequence length must be even, got q.shape={tuple(q.shape)}"
+        )
+    q, k, v = jnp.asarray(q), jnp.asarray(k), jnp.asarray(v)
+    o, lse = _ring(q, k, v, s, bool(causal), bool(zigzag and causal), bool(deterministic), axis_name)
+    return (o, lse) if return_lse else o
