@@ -7,9 +7,8 @@ import math
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from jax_flash import _ffi
+from jax_flash import _ffi  # noqa: F401  (registers the FFI targets)
 from jax_flash import partitioning as _partitioning
 
 SUPPORTED_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
@@ -108,10 +107,6 @@ def _no_higher_order(*_args, **_kwargs):
         "higher-order derivatives (grad of grad, jacfwd, jvp) are not implemented. "
         "Use jax.nn.dot_product_attention for those."
     )
-
-
-def _lse_shape(q):
-    return q.shape[:-3] + (q.shape[-2], q.shape[-3])
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(3, 4))

@@ -36,36 +36,11 @@ def attention_reference(q, k, v, *, causal=False, scale=None, dtype=jnp.float32)
     return o, lse
 
 
-def attention_reference_np(q, k, v, *, causal=False, scale=None):
-    """float64 NumPy version of attention_reference (o, lse)."""
+def _softmax_np(q, k, v, causal, scale):
+    """float64 probabilities P [..., Hq, Sq, Sk], lse, and k/v repeated to Hq heads."""
     q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
-    d = q.shape[-1]
-    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     group = q.shape[-2] // k.shape[-2]
-    k = np.repeat(k, group, axis=-2)
-    v = np.repeat(v, group, axis=-2)
-    s = np.einsum("...qhd,...khd->...hqk", q, k) * scale
-    sq, sk = q.shape[-3], k.shape[-3]
-    if causal:
-        s = np.where(np.arange(sq)[:, None] >= np.arange(sk)[None, :], s, -np.inf)
-    m = np.max(s, axis=-1, keepdims=True)
-    m_safe = np.where(np.isfinite(m), m, 0.0)
-    p = np.exp(s - m_safe)
-    l = p.sum(-1, keepdims=True)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        lse = np.where(l > 0, np.log(l) + m_safe, -np.inf)[..., 0]
-        p = np.where(l > 0, p / l, 0.0)
-    o = np.einsum("...hqk,...khd->...qhd", p, v)
-    return o, lse
-
-
-def attention_reference_grad_np(q, k, v, do, *, causal=False, scale=None):
-    """float64 NumPy gradients (dq, dk, dv) of sum(o * do) for attention_reference_np."""
-    q, k, v, do = (np.asarray(x, dtype=np.float64) for x in (q, k, v, do))
-    d = q.shape[-1]
-    scale = 1.0 / math.sqrt(d) if scale is None else scale
-    hkv = k.shape[-2]
-    group = q.shape[-2] // hkv
     kr = np.repeat(k, group, axis=-2)
     vr = np.repeat(v, group, axis=-2)
     s = np.einsum("...qhd,...khd->...hqk", q, kr) * scale
@@ -77,7 +52,23 @@ def attention_reference_grad_np(q, k, v, do, *, causal=False, scale=None):
     p = np.exp(s - m)
     l = p.sum(-1, keepdims=True)
     with np.errstate(divide="ignore", invalid="ignore"):
+        lse = np.where(l > 0, np.log(l) + m, -np.inf)[..., 0]
         p = np.where(l > 0, p / l, 0.0)
+    return p, lse, kr, vr, scale
+
+
+def attention_reference_np(q, k, v, *, causal=False, scale=None):
+    """float64 NumPy version of attention_reference (o, lse)."""
+    p, lse, _, vr, _ = _softmax_np(q, k, v, causal, scale)
+    return np.einsum("...hqk,...khd->...qhd", p, vr), lse
+
+
+def attention_reference_grad_np(q, k, v, do, *, causal=False, scale=None):
+    """float64 NumPy gradients (dq, dk, dv) of sum(o * do) for attention_reference_np."""
+    p, _, kr, vr, scale = _softmax_np(q, k, v, causal, scale)
+    q, do = np.asarray(q, dtype=np.float64), np.asarray(do, dtype=np.float64)
+    hkv, d = np.shape(k)[-2], q.shape[-1]
+    group = q.shape[-2] // hkv
     o = np.einsum("...hqk,...khd->...qhd", p, vr)
     dv = np.einsum("...hqk,...qhd->...khd", p, do)
     dp = np.einsum("...qhd,...khd->...hqk", do, vr)

@@ -39,28 +39,11 @@ BwdLaunchFlags launch_flags(const BwdParams& p) {
   return f;
 }
 
-template <DType kDType, int D>
-cudaError_t run_if_compiled(const BwdParams& p, BwdLaunchFlags f, cudaStream_t s) {
-  if constexpr (head_dim_compiled<D>()) {
-    return run_bwd_hdim<kDType, D>(p, f, s);
-  } else {
-    return cudaErrorInvalidValue;
-  }
-}
-
 template <DType kDType>
 cudaError_t dispatch_bwd(const BwdParams& p, BwdLaunchFlags f, cudaStream_t s) {
-  switch (round_head_dim(p.head_dim)) {
-    case 32: return run_if_compiled<kDType, 32>(p, f, s);
-    case 64: return run_if_compiled<kDType, 64>(p, f, s);
-    case 96: return run_if_compiled<kDType, 96>(p, f, s);
-    case 128: return run_if_compiled<kDType, 128>(p, f, s);
-    case 160: return run_if_compiled<kDType, 160>(p, f, s);
-    case 192: return run_if_compiled<kDType, 192>(p, f, s);
-    case 224: return run_if_compiled<kDType, 224>(p, f, s);
-    case 256: return run_if_compiled<kDType, 256>(p, f, s);
-    default: return cudaErrorInvalidValue;
-  }
+  return dispatch_head_dim(p.head_dim, [&](auto d) {
+    return run_bwd_hdim<kDType, decltype(d)::value>(p, f, s);
+  });
 }
 
 }  // namespace

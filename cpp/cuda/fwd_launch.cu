@@ -27,28 +27,11 @@ bool vector_ok(const FwdParams& p) {
   return true;
 }
 
-template <DType kDType, int D>
-cudaError_t run_if_compiled(const FwdParams& p, bool vec, cudaStream_t stream) {
-  if constexpr (head_dim_compiled<D>()) {
-    return run_fwd_hdim<kDType, D>(p, vec, stream);
-  } else {
-    return cudaErrorInvalidValue;
-  }
-}
-
 template <DType kDType>
 cudaError_t dispatch_hdim(const FwdParams& p, bool vec, cudaStream_t stream) {
-  switch (round_head_dim(p.head_dim)) {
-    case 32: return run_if_compiled<kDType, 32>(p, vec, stream);
-    case 64: return run_if_compiled<kDType, 64>(p, vec, stream);
-    case 96: return run_if_compiled<kDType, 96>(p, vec, stream);
-    case 128: return run_if_compiled<kDType, 128>(p, vec, stream);
-    case 160: return run_if_compiled<kDType, 160>(p, vec, stream);
-    case 192: return run_if_compiled<kDType, 192>(p, vec, stream);
-    case 224: return run_if_compiled<kDType, 224>(p, vec, stream);
-    case 256: return run_if_compiled<kDType, 256>(p, vec, stream);
-    default: return cudaErrorInvalidValue;
-  }
+  return dispatch_head_dim(p.head_dim, [&](auto d) {
+    return run_fwd_hdim<kDType, decltype(d)::value>(p, vec, stream);
+  });
 }
 
 }  // namespace

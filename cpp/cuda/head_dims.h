@@ -2,6 +2,10 @@
 // head dim <= 256 onto them. Shared by the forward and backward dispatchers.
 #pragma once
 
+#include <type_traits>
+
+#include <cuda_runtime_api.h>
+
 namespace jax_flash::cuda {
 
 // CMake's JAX_FLASH_CUDA_HEAD_DIMS can restrict the build (quick compile checks).
@@ -24,6 +28,32 @@ inline int round_head_dim(int head_dim) {
   for (int d : kCompiledHeadDims)
     if (head_dim <= d && (best == 0 || d < best)) best = d;
   return best;
+}
+
+template <int D, class Fn>
+cudaError_t call_if_compiled(Fn& fn) {
+  if constexpr (head_dim_compiled<D>()) {
+    return fn(std::integral_constant<int, D>{});
+  } else {
+    return cudaErrorInvalidValue;
+  }
+}
+
+// fn(std::integral_constant<int, D>{}) for the kernel head dim D that serves
+// head_dim; cudaErrorInvalidValue when no compiled kernel does.
+template <class Fn>
+cudaError_t dispatch_head_dim(int head_dim, Fn&& fn) {
+  switch (round_head_dim(head_dim)) {
+    case 32: return call_if_compiled<32>(fn);
+    case 64: return call_if_compiled<64>(fn);
+    case 96: return call_if_compiled<96>(fn);
+    case 128: return call_if_compiled<128>(fn);
+    case 160: return call_if_compiled<160>(fn);
+    case 192: return call_if_compiled<192>(fn);
+    case 224: return call_if_compiled<224>(fn);
+    case 256: return call_if_compiled<256>(fn);
+    default: return cudaErrorInvalidValue;
+  }
 }
 
 }  // namespace jax_flash::cuda

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "params.h"
 #include "xla/ffi/api/ffi.h"
@@ -135,6 +136,36 @@ inline ffi::Error fill_bwd(BwdParams& p, const ffi::AnyBuffer& q, const ffi::Any
   p.dv_batch_stride = p.v_batch_stride; p.dv_row_stride = p.v_row_stride; p.dv_head_stride = p.v_head_stride;
   p.deterministic = deterministic;
   return ffi::Error::Success();
+}
+
+// The targets' signatures after the platform context, shared by the CPU and
+// CUDA handlers so the two registrations cannot drift apart.
+template <typename Binding>
+auto bind_fwd(Binding binding) {
+  return std::move(binding).template Arg<ffi::AnyBuffer>()  // q
+      .template Arg<ffi::AnyBuffer>()               // k
+      .template Arg<ffi::AnyBuffer>()               // v
+      .template Ret<ffi::AnyBuffer>()               // o
+      .template Ret<ffi::Buffer<ffi::F32>>()        // lse
+      .template Attr<float>("scale")
+      .template Attr<bool>("causal");
+}
+
+template <typename Binding>
+auto bind_bwd(Binding binding) {
+  return std::move(binding).template Arg<ffi::AnyBuffer>()  // q
+      .template Arg<ffi::AnyBuffer>()               // k
+      .template Arg<ffi::AnyBuffer>()               // v
+      .template Arg<ffi::AnyBuffer>()               // o
+      .template Arg<ffi::Buffer<ffi::F32>>()        // lse
+      .template Arg<ffi::AnyBuffer>()               // dout
+      .template Ret<ffi::AnyBuffer>()               // dq
+      .template Ret<ffi::AnyBuffer>()               // dk
+      .template Ret<ffi::AnyBuffer>()               // dv
+      .template Ret<ffi::AnyBuffer>()               // workspace (float32 scratch, CUDA only)
+      .template Attr<float>("scale")
+      .template Attr<bool>("causal")
+      .template Attr<bool>("deterministic");
 }
 
 }  // namespace jax_flash::ffi_glue

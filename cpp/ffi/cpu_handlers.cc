@@ -94,29 +94,9 @@ ffi::Error BwdCpu(ffi::ThreadPool pool, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi:
 namespace ffi = xla::ffi;
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jax_flash_fwd_cpu, jax_flash::ffi_glue::FwdCpu,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::AnyBuffer>()  // q
-                                  .Arg<ffi::AnyBuffer>()  // k
-                                  .Arg<ffi::AnyBuffer>()  // v
-                                  .Ret<ffi::AnyBuffer>()  // o
-                                  .Ret<ffi::Buffer<ffi::F32>>()  // lse
-                                  .Attr<float>("scale")
-                                  .Attr<bool>("causal"));
+                              jax_flash::ffi_glue::bind_fwd(
+                                  ffi::Ffi::Bind().Ctx<ffi::ThreadPool>()));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jax_flash_bwd_cpu, jax_flash::ffi_glue::BwdCpu,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::AnyBuffer>()  // q
-                                  .Arg<ffi::AnyBuffer>()  // k
-                                  .Arg<ffi::AnyBuffer>()  // v
-                                  .Arg<ffi::AnyBuffer>()  // o
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // lse
-                                  .Arg<ffi::AnyBuffer>()  // dout
-                                  .Ret<ffi::AnyBuffer>()  // dq
-                                  .Ret<ffi::AnyBuffer>()  // dk
-                                  .Ret<ffi::AnyBuffer>()  // dv
-                                  .Ret<ffi::AnyBuffer>()  // workspace (unused on the CPU)
-                                  .Attr<float>("scale")
-                                  .Attr<bool>("causal")
-                                  .Attr<bool>("deterministic"));
+                              jax_flash::ffi_glue::bind_bwd(
+                                  ffi::Ffi::Bind().Ctx<ffi::ThreadPool>()));

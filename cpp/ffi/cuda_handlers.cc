@@ -67,29 +67,9 @@ ffi::Error BwdCuda(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi:
 namespace ffi = xla::ffi;
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jax_flash_fwd_cuda, jax_flash::ffi_glue::FwdCuda,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                  .Arg<ffi::AnyBuffer>()  // q
-                                  .Arg<ffi::AnyBuffer>()  // k
-                                  .Arg<ffi::AnyBuffer>()  // v
-                                  .Ret<ffi::AnyBuffer>()  // o
-                                  .Ret<ffi::Buffer<ffi::F32>>()  // lse
-                                  .Attr<float>("scale")
-                                  .Attr<bool>("causal"));
+                              jax_flash::ffi_glue::bind_fwd(
+                                  ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jax_flash_bwd_cuda, jax_flash::ffi_glue::BwdCuda,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                  .Arg<ffi::AnyBuffer>()  // q
-                                  .Arg<ffi::AnyBuffer>()  // k
-                                  .Arg<ffi::AnyBuffer>()  // v
-                                  .Arg<ffi::AnyBuffer>()  // o
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // lse
-                                  .Arg<ffi::AnyBuffer>()  // dout
-                                  .Ret<ffi::AnyBuffer>()  // dq
-                                  .Ret<ffi::AnyBuffer>()  // dk
-                                  .Ret<ffi::AnyBuffer>()  // dv
-                                  .Ret<ffi::AnyBuffer>()  // workspace (float32 scratch)
-                                  .Attr<float>("scale")
-                                  .Attr<bool>("causal")
-                                  .Attr<bool>("deterministic"));
+                              jax_flash::ffi_glue::bind_bwd(
+                                  ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()));
