@@ -33,10 +33,33 @@ struct FwdParams {
   int head_dim = 0;
 
   float scale = 0.f;  // softmax scale applied to q.k
-  bool causal = false;  // top-left aligned: query i sees keys j <= i
+  bool causal = false;  // query at position p (see query_offset) sees keys j <= p
   DType dtype = DType::kFloat32;
 
+  // Logit variants, one policy for every kernel (defaults: plain attention).
+  // Query row i sits at absolute position p = i + query_offset; it sees key j
+  // when j <= p (causal), j >= p - window_left (window_left >= 0) and
+  // j <= p + window_right (window_right >= 0).
+  int64_t query_offset = 0;
+  int64_t window_left = -1;
+  int64_t window_right = -1;
+  float softcap = 0.f;  // > 0: scaled logits become softcap * tanh(logits / softcap)
+
   int group_size() const { return heads_q / heads_kv; }
+  bool plain_mask() const {
+    return query_offset == 0 && window_left < 0 && window_right < 0 && softcap == 0.f;
+  }
+  // Inclusive range of keys query row i may see (before clipping to seqlen_k).
+  int64_t first_key(int64_t i) const {
+    return window_left >= 0 ? i + query_offset - window_left : INT64_MIN / 2;
+  }
+  int64_t last_key(int64_t i) const {
+    int64_t last = INT64_MAX / 2;
+    if (causal) last = i + query_offset;
+    if (window_right >= 0 && i + query_offset + window_right < last)
+      last = i + query_offset + window_right;
+    return last;
+  }
 };
 
 // Backward: inputs of the forward plus o, lse and the incoming cotangent do;

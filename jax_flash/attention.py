@@ -7,9 +7,11 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jax_flash import _ffi  # noqa: F401  (registers the FFI targets)
 from jax_flash import partitioning as _partitioning
+from jax_flash.mask import Mask
 
 SUPPORTED_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
 MAX_HEAD_DIM = 256
@@ -94,6 +96,40 @@ def _check_scale(scale, head_dim: int) -> float:
     if not math.isfinite(s):
         raise ValueError(f"jax_flash.attention: scale must be finite, got {s}")
     return s
+
+
+def _static_int(value, name: str) -> int:
+    if isinstance(value, jax.core.Tracer) or (hasattr(value, "shape") and getattr(value, "ndim", 0) > 0):
+        raise TypeError(f"jax_flash.attention: {name} must be a static Python int "
+                        f"(per-batch arrays are not supported yet), got {type(value).__name__}")
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"jax_flash.attention: {name} must be an int, got {value!r}")
+    return int(value)
+
+
+def _make_mask(causal, local_window_size, logits_soft_cap, query_offset) -> Mask:
+    left = right = -1
+    if local_window_size is not None:
+        if isinstance(local_window_size, (tuple, list)):
+            if len(local_window_size) != 2:
+                raise ValueError("jax_flash.attention: local_window_size must be an int or a "
+                                 f"(left, right) pair, got {local_window_size!r}")
+            left, right = (_static_int(w, "local_window_size") for w in local_window_size)
+        else:
+            left = right = _static_int(local_window_size, "local_window_size")
+        if left < 0 or right < 0:
+            raise ValueError("jax_flash.attention: local_window_size entries must be >= 0, "
+                             f"got {local_window_size!r}")
+    cap = 0.0
+    if logits_soft_cap is not None:
+        if isinstance(logits_soft_cap, jax.core.Tracer):
+            raise TypeError("jax_flash.attention: logits_soft_cap must be a static Python number")
+        cap = float(logits_soft_cap)
+        if not (math.isfinite(cap) and cap > 0):
+            raise ValueError(f"jax_flash.attention: logits_soft_cap must be a positive finite "
+                             f"number, got {logits_soft_cap!r}")
+    return Mask(causal=bool(causal), query_offset=_static_int(query_offset, "query_offset"),
+                window_left=left, window_right=right, softcap=cap)
 
 
 # ---------------------------------------------------------------------------
@@ -191,6 +227,9 @@ def attention(
     scale: float | None = None,
     return_lse: bool = False,
     deterministic: bool = False,
+    local_window_size: int | tuple[int, int] | None = None,
+    logits_soft_cap: float | None = None,
+    query_offset: int = 0,
 ):
     """Fused scaled dot-product attention (FlashAttention-2).
 
@@ -205,12 +244,21 @@ def attention(
         (float32, natural log; -inf for a row that sees no key).
       deterministic: bitwise reproducible gradients on CUDA (no atomics); the
         CPU backward is always deterministic.
+      local_window_size: int w or (left, right): query i sees keys in
+        [i - left, i + right] (jax.nn's meaning; combines with causal). Tiles
+        outside the band are skipped.
+      logits_soft_cap: c > 0: scaled logits become c * tanh(logits / c).
+      query_offset: query i sits at absolute position query_offset + i for the
+        causal mask and the window (seqlen_k - seqlen_q gives bottom-right
+        alignment for a block of new queries against a key/value cache).
+      The last three run on the CPU kernels so far; the CUDA target raises.
 
     Returns:
       o shaped like q, or (o, lse) when return_lse.
     """
     _check_inputs(q, k, v)
     s = _check_scale(scale, q.shape[-1])
+    mask = _make_mask(causal, local_window_size, logits_soft_cap, query_offset)
     q, k, v = jnp.asarray(q), jnp.asarray(k), jnp.asarray(v)
-    o, lse = _flash(q, k, v, s, bool(causal), bool(deterministic))
+    o, lse = _flash(q, k, v, s, mask, bool(deterministic))
     return (o, lse) if return_lse else o

@@ -56,6 +56,7 @@ from jax.experimental.custom_partitioning import custom_partitioning
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from jax_flash import _ffi
+from jax_flash.mask import Mask
 
 # ---------------------------------------------------------------------------
 # The bare FFI calls (what each shard runs).
@@ -111,13 +112,14 @@ def _result(shape, dtype, like):
     return jax.ShapeDtypeStruct(shape, dtype)
 
 
-def ffi_fwd(q, k, v, scale: float, causal: bool):
+def ffi_fwd(q, k, v, scale: float, causal):
+    """The forward custom call; `causal` is a Mask or a plain causal flag."""
     out_types = (
         _result(q.shape, q.dtype, q),
         _result(_lse_shape(q), jnp.float32, q),
     )
     call = jax.ffi.ffi_call(_ffi.FWD_TARGET, out_types, vmap_method="broadcast_all")
-    return call(q, k, v, scale=np.float32(scale), causal=bool(causal))
+    return call(q, k, v, scale=np.float32(scale), **Mask.of(causal).ffi_attrs())
 
 
 def _bwd_workspace_floats(q, deterministic: bool) -> int:
@@ -131,7 +133,8 @@ def _bwd_workspace_floats(q, deterministic: bool) -> int:
     return hq * sq * (1 + (0 if deterministic else d_pad)) + 128
 
 
-def ffi_bwd(q, k, v, o, lse, do, scale: float, causal: bool, deterministic: bool):
+def ffi_bwd(q, k, v, o, lse, do, scale: float, causal, deterministic: bool):
+    """The backward custom call; `causal` is a Mask or a plain causal flag."""
     out_types = (
         _result(q.shape, q.dtype, q),
         _result(k.shape, k.dtype, q),
@@ -141,7 +144,7 @@ def ffi_bwd(q, k, v, o, lse, do, scale: float, causal: bool, deterministic: bool
     call = jax.ffi.ffi_call(_ffi.BWD_TARGET, out_types, vmap_method="broadcast_all")
     dq, dk, dv, _workspace = call(
         q, k, v, o, lse, do,
-        scale=np.float32(scale), causal=bool(causal), deterministic=bool(deterministic),
+        scale=np.float32(scale), deterministic=bool(deterministic), **Mask.of(causal).ffi_attrs(),
     )
     return dq, dk, dv
 
@@ -397,7 +400,7 @@ def fwd(q, k, v, scale: float, causal: bool):
     if _inside_shard_map():
         return ffi_fwd(q, k, v, scale, causal)
     group = q.shape[-2] // k.shape[-2]
-    o, lse = _fwd_fn(float(scale), bool(causal), int(group), int(k.shape[-2]))(q, k, v)
+    o, lse = _fwd_fn(float(scale), Mask.of(causal), int(group), int(k.shape[-2]))(q, k, v)
     return o, lse
 
 
@@ -406,6 +409,6 @@ def bwd(q, k, v, o, lse, do, scale: float, causal: bool, deterministic: bool):
     if _inside_shard_map():
         return ffi_bwd(q, k, v, o, lse, do, scale, causal, deterministic)
     group = q.shape[-2] // k.shape[-2]
-    dq, dk, dv = _bwd_fn(float(scale), bool(causal), bool(deterministic), int(group), int(k.shape[-2]))(
+    dq, dk, dv = _bwd_fn(float(scale), Mask.of(causal), bool(deterministic), int(group), int(k.shape[-2]))(
         q, k, v, o, lse, do)
     return dq, dk, dv

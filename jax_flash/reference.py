@@ -8,7 +8,24 @@ import jax.numpy as jnp
 import numpy as np
 
 
-def attention_reference(q, k, v, *, causal=False, scale=None, dtype=jnp.float32):
+def _visible(sq, sk, causal, local_window_size, query_offset, xp):
+    """[Sq, Sk] boolean mask of the keys each query sees (None: all)."""
+    if not causal and local_window_size is None:
+        return None
+    pos = xp.arange(sq)[:, None] + query_offset
+    j = xp.arange(sk)[None, :]
+    vis = xp.ones((sq, sk), dtype=bool)
+    if causal:
+        vis = vis & (j <= pos)
+    if local_window_size is not None:
+        left, right = (local_window_size if isinstance(local_window_size, (tuple, list))
+                       else (local_window_size, local_window_size))
+        vis = vis & (j >= pos - left) & (j <= pos + right)
+    return vis
+
+
+def attention_reference(q, k, v, *, causal=False, scale=None, dtype=jnp.float32,
+                        local_window_size=None, logits_soft_cap=None, query_offset=0):
     """Returns (o, lse) computed naively in `dtype` (default float32).
 
     Same layout and meaning as jax_flash.attention: q [..., Sq, Hq, D], k/v
@@ -22,10 +39,11 @@ def attention_reference(q, k, v, *, causal=False, scale=None, dtype=jnp.float32)
     k = jnp.repeat(k, group, axis=-2)
     v = jnp.repeat(v, group, axis=-2)
     s = jnp.einsum("...qhd,...khd->...hqk", q, k) * jnp.asarray(scale, dtype)
-    sq, sk = q.shape[-3], k.shape[-3]
-    if causal:
-        mask = jnp.arange(sq)[:, None] >= jnp.arange(sk)[None, :]
-        s = jnp.where(mask, s, -jnp.inf)
+    if logits_soft_cap is not None:
+        s = logits_soft_cap * jnp.tanh(s / logits_soft_cap)
+    vis = _visible(q.shape[-3], k.shape[-3], causal, local_window_size, query_offset, jnp)
+    if vis is not None:
+        s = jnp.where(vis, s, -jnp.inf)
     m = jnp.max(s, axis=-1, keepdims=True)
     m_safe = jnp.where(jnp.isfinite(m), m, 0)
     p = jnp.exp(s - m_safe)
@@ -36,7 +54,8 @@ def attention_reference(q, k, v, *, causal=False, scale=None, dtype=jnp.float32)
     return o, lse
 
 
-def _softmax_np(q, k, v, causal, scale):
+def _softmax_np(q, k, v, causal, scale, local_window_size=None, logits_soft_cap=None,
+                query_offset=0):
     """float64 probabilities P [..., Hq, Sq, Sk], lse, and k/v repeated to Hq heads."""
     q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
@@ -44,9 +63,11 @@ def _softmax_np(q, k, v, causal, scale):
     kr = np.repeat(k, group, axis=-2)
     vr = np.repeat(v, group, axis=-2)
     s = np.einsum("...qhd,...khd->...hqk", q, kr) * scale
-    sq, sk = q.shape[-3], k.shape[-3]
-    if causal:
-        s = np.where(np.arange(sq)[:, None] >= np.arange(sk)[None, :], s, -np.inf)
+    if logits_soft_cap is not None:
+        s = logits_soft_cap * np.tanh(s / logits_soft_cap)
+    vis = _visible(q.shape[-3], k.shape[-3], causal, local_window_size, query_offset, np)
+    if vis is not None:
+        s = np.where(vis, s, -np.inf)
     m = np.max(s, axis=-1, keepdims=True)
     m = np.where(np.isfinite(m), m, 0.0)
     p = np.exp(s - m)
@@ -54,18 +75,19 @@ def _softmax_np(q, k, v, causal, scale):
     with np.errstate(divide="ignore", invalid="ignore"):
         lse = np.where(l > 0, np.log(l) + m, -np.inf)[..., 0]
         p = np.where(l > 0, p / l, 0.0)
-    return p, lse, kr, vr, scale
+    return p, lse, kr, vr, scale, s
 
 
-def attention_reference_np(q, k, v, *, causal=False, scale=None):
-    """float64 NumPy version of attention_reference (o, lse)."""
-    p, lse, _, vr, _ = _softmax_np(q, k, v, causal, scale)
+def attention_reference_np(q, k, v, *, causal=False, scale=None, **variants):
+    """float64 NumPy version of attention_reference (o, lse); variants are
+    local_window_size, logits_soft_cap and query_offset."""
+    p, lse, _, vr, _, _ = _softmax_np(q, k, v, causal, scale, **variants)
     return np.einsum("...hqk,...khd->...qhd", p, vr), lse
 
 
-def attention_reference_grad_np(q, k, v, do, *, causal=False, scale=None):
+def attention_reference_grad_np(q, k, v, do, *, causal=False, scale=None, **variants):
     """float64 NumPy gradients (dq, dk, dv) of sum(o * do) for attention_reference_np."""
-    p, _, kr, vr, scale = _softmax_np(q, k, v, causal, scale)
+    p, _, kr, vr, scale, s = _softmax_np(q, k, v, causal, scale, **variants)
     q, do = np.asarray(q, dtype=np.float64), np.asarray(do, dtype=np.float64)
     hkv, d = np.shape(k)[-2], q.shape[-1]
     group = q.shape[-2] // hkv
@@ -74,6 +96,9 @@ def attention_reference_grad_np(q, k, v, do, *, causal=False, scale=None):
     dp = np.einsum("...qhd,...khd->...hqk", do, vr)
     delta = np.einsum("...qhd,...qhd->...hq", do, o)[..., None]
     ds = p * (dp - delta)
+    cap = variants.get("logits_soft_cap")
+    if cap is not None:  # d(c tanh(x / c))/dx = 1 - tanh^2
+        ds = ds * np.where(np.isfinite(s), 1.0 - (s / cap) ** 2, 0.0)
     dq = np.einsum("...hqk,...khd->...qhd", ds, kr) * scale
     dk = np.einsum("...hqk,...qhd->...khd", ds, q) * scale
 

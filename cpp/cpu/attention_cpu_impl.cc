@@ -72,12 +72,33 @@ float row_sum(const float* x, int n) {
   return s;
 }
 
-// Logits of one row in the log2 domain: scaled, with keys past the tile's
-// valid columns and (causal) keys after the query masked to -inf.
-// last_key is the last key index the query may see (inclusive).
-void scale_and_mask_row(float* s, float scale_log2, int valid_cols, int k0, int64_t last_key) {
-  const int64_t limit = std::min<int64_t>(valid_cols, last_key - k0 + 1);
-  for (int j = 0; j < kBlockK; ++j) s[j] = j < limit ? s[j] * scale_log2 : kNegInf;
+// Logits of one row in the log2 domain, in place: scaled, soft-capped when
+// p.softcap > 0, and -inf outside [first_key, last_key] or past the tile's
+// valid columns. deriv (may be null) receives d(capped)/d(uncapped) per key,
+// which the backward needs (1 when there is no cap).
+void logits_row(const FwdParams& p, float* s, int valid_cols, int k0, int64_t first_key,
+                int64_t last_key, float* deriv) {
+  const int64_t lo = std::max<int64_t>(0, first_key - k0);
+  const int64_t hi = std::min<int64_t>(valid_cols, last_key - k0 + 1);
+  if (p.softcap > 0.f) {
+    const float inv_cap = 1.f / p.softcap;
+    for (int j = 0; j < kBlockK; ++j) {
+      const float t = std::tanh(s[j] * p.scale * inv_cap);
+      if (deriv) deriv[j] = 1.f - t * t;
+      s[j] = (j >= lo && j < hi) ? p.softcap * t * kLog2e : kNegInf;
+    }
+    return;
+  }
+  const float scale_log2 = p.scale * kLog2e;
+  for (int j = 0; j < kBlockK; ++j) s[j] = (j >= lo && j < hi) ? s[j] * scale_log2 : kNegInf;
+  if (deriv)
+    for (int j = 0; j < kBlockK; ++j) deriv[j] = 1.f;
+}
+
+// Whether any query row in [q0, q1] may see any key in [k0, k1]: the visible
+// key range of a row only moves right as the row index grows.
+bool tile_visible(const FwdParams& p, int64_t q0, int64_t q1, int64_t k0, int64_t k1) {
+  return p.last_key(q1) >= k0 && p.first_key(q0) <= k1;
 }
 
 struct Scratch {
@@ -98,7 +119,6 @@ void fwd_item(const FwdParams& p, int b, int h, int qt) {
   const int q0 = qt * kBlockQ;
   const int rows = std::min(kBlockQ, p.seqlen_q - q0);
   const int kvh = h / p.group_size();
-  const float scale_log2 = p.scale * kLog2e;
 
   float* base = tls_scratch.get(size_t(kBlockQ) * Dp * 2 + size_t(Dp) * kBlockK * 2 +
                                 size_t(kBlockQ) * kBlockK + 2 * kBlockQ);
@@ -120,18 +140,19 @@ void fwd_item(const FwdParams& p, int b, int h, int qt) {
   std::fill(m, m + rows, kNegInf);
   std::fill(l, l + rows, 0.f);
 
-  // Causal: keys after the tile's last query are never touched.
-  const int kv_end = p.causal ? std::min(p.seqlen_k, q0 + rows) : p.seqlen_k;
-  for (int k0 = 0; k0 < kv_end; k0 += kBlockK) {
-    const int cols = std::min(kBlockK, kv_end - k0);
+  // K/V tiles outside the rows' visible key band (causal, window) are never
+  // touched: the loop runs over the band's tiles only.
+  const int64_t band_lo = std::max<int64_t>(0, p.first_key(q0));
+  const int64_t band_hi = std::min<int64_t>(p.seqlen_k, p.last_key(q0 + rows - 1) + 1);
+  for (int k0 = int(band_lo / kBlockK) * kBlockK; k0 < band_hi; k0 += kBlockK) {
+    const int cols = int(std::min<int64_t>(kBlockK, band_hi - k0));
     load_rows_transposed(k + k0 * p.k_row_stride, p.k_row_stride, cols, D, Dp, Kt, kBlockK);
     load_rows(v + k0 * p.v_row_stride, p.v_row_stride, cols, D, Vf, Dp);
     gemm(rows, kBlockK, Dp, Qf, Dp, 1, Kt, kBlockK, S, kBlockK, false);
 
     for (int r = 0; r < rows; ++r) {
       float* s = S + r * kBlockK;
-      const int64_t last_key = p.causal ? int64_t(q0) + r : int64_t(p.seqlen_k) - 1;
-      scale_and_mask_row(s, scale_log2, cols, k0, last_key);
+      logits_row(p, s, cols, k0, p.first_key(q0 + r), p.last_key(q0 + r), nullptr);
       const float m_new = std::max(m[r], row_max(s, kBlockK));
       // A row with nothing visible yet keeps p = 0 (exp2(-inf - 0)).
       const float m_use = m_new == kNegInf ? 0.f : m_new;
@@ -203,10 +224,9 @@ void bwd_kv_item(const BwdParams& p, int b, int kvh, int chunk, int n_chunks, co
   const int G = p.group_size();
   const int n_kt = int(cdiv(p.seqlen_k, kBlockK));
   const int n_qt = int(cdiv(p.seqlen_q, kBlockQ));
-  const float scale_log2 = p.scale * kLog2e;
 
   float* base = tls_scratch.get(size_t(kBlockK) * Dp * 6 + size_t(kBlockQ) * Dp * 2 +
-                                size_t(kBlockQ) * kBlockK * 2);
+                                size_t(kBlockQ) * kBlockK * 2 + kBlockK);
   float* Kf = base;                   // [kBlockK][Dp]
   float* Kt = Kf + kBlockK * Dp;      // [Dp][kBlockK]
   float* Vt = Kt + Dp * kBlockK;      // [Dp][kBlockK]
@@ -216,6 +236,7 @@ void bwd_kv_item(const BwdParams& p, int b, int kvh, int chunk, int n_chunks, co
   float* dOf = Qf + kBlockQ * Dp;     // [kBlockQ][Dp]
   float* P = dOf + kBlockQ * Dp;      // [kBlockQ][kBlockK]
   float* dS = P + kBlockQ * kBlockK;  // [kBlockQ][kBlockK]
+  float* deriv = dS + kBlockQ * kBlockK;  // [kBlockK] soft-cap derivative of one row
 
   const T* k = static_cast<const T*>(p.k) + b * p.k_batch_stride + kvh * p.k_head_stride;
   const T* v = static_cast<const T*>(p.v) + b * p.v_batch_stride + kvh * p.v_head_stride;
@@ -231,8 +252,6 @@ void bwd_kv_item(const BwdParams& p, int b, int kvh, int chunk, int n_chunks, co
     std::fill(dK, dK + size_t(cols) * Dp, 0.f);
     std::fill(dV, dV + size_t(cols) * Dp, 0.f);
 
-    // Causal: Q tiles whose last row is before k0 see none of these keys.
-    const int qt_begin = p.causal ? k0 / kBlockQ : 0;
     for (int h = kvh * G; h < (kvh + 1) * G; ++h) {
       const T* q = static_cast<const T*>(p.q) + b * p.q_batch_stride + h * p.q_head_stride;
       const T* g = static_cast<const T*>(p.dout) + b * p.do_batch_stride + h * p.do_head_stride;
@@ -240,9 +259,11 @@ void bwd_kv_item(const BwdParams& p, int b, int kvh, int chunk, int n_chunks, co
       const float* drow = dsum + (int64_t(b) * p.heads_q + h) * p.seqlen_q;
       float* dq = dq_acc + ((int64_t(chunk) * p.batch + b) * p.heads_q + h) * p.seqlen_q * Dp;
 
-      for (int qt = qt_begin; qt < n_qt; ++qt) {
+      for (int qt = 0; qt < n_qt; ++qt) {
         const int q0 = qt * kBlockQ;
         const int rows = std::min(kBlockQ, p.seqlen_q - q0);
+        // Q tiles that see none of these keys (causal, window) are skipped.
+        if (!tile_visible(p, q0, q0 + rows - 1, k0, k0 + cols - 1)) continue;
         load_rows(q + q0 * p.q_row_stride, p.q_row_stride, rows, D, Qf, Dp);
         load_rows(g + q0 * p.do_row_stride, p.do_row_stride, rows, D, dOf, Dp);
         gemm(rows, kBlockK, Dp, Qf, Dp, 1, Kt, kBlockK, P, kBlockK, false);
@@ -250,8 +271,7 @@ void bwd_kv_item(const BwdParams& p, int b, int kvh, int chunk, int n_chunks, co
         for (int r = 0; r < rows; ++r) {
           float* pr = P + r * kBlockK;
           float* ds = dS + r * kBlockK;
-          const int64_t last_key = p.causal ? int64_t(q0) + r : int64_t(p.seqlen_k) - 1;
-          scale_and_mask_row(pr, scale_log2, cols, k0, last_key);
+          logits_row(p, pr, cols, k0, p.first_key(q0 + r), p.last_key(q0 + r), deriv);
           // lse = -inf (no visible key): +inf offset makes every p exactly 0.
           const float l2 = lse[q0 + r] == kNegInf ? std::numeric_limits<float>::infinity()
                                                   : lse[q0 + r] * kLog2e;
@@ -259,7 +279,7 @@ void bwd_kv_item(const BwdParams& p, int b, int kvh, int chunk, int n_chunks, co
           for (int j = 0; j < kBlockK; ++j) {
             const float pj = fast_exp2(pr[j] - l2);
             pr[j] = pj;
-            ds[j] = pj * (ds[j] - dr);
+            ds[j] = pj * (ds[j] - dr) * deriv[j];
           }
         }
         gemm(cols, Dp, rows, P, 1, kBlockK, dOf, Dp, dV, Dp, true);        // dV += P^T dO

@@ -65,10 +65,19 @@ inline ffi::Error mismatch(const char* what, const ffi::AnyBuffer& a, const ffi:
                                      " vs " + dims_str(b.dimensions()));
 }
 
+// The mask/logit attributes every target takes (see FwdParams).
+struct MaskAttrs {
+  bool causal = false;
+  int64_t query_offset = 0;
+  int64_t window_left = -1;
+  int64_t window_right = -1;
+  float softcap = 0.f;
+};
+
 // Fill the forward part of the params from q, k, v, o and lse.
 inline ffi::Error fill_fwd(FwdParams& p, const ffi::AnyBuffer& q, const ffi::AnyBuffer& k,
                            const ffi::AnyBuffer& v, void* o, float* lse, float scale,
-                           bool causal) {
+                           const MaskAttrs& mask) {
   auto dt = dtype_of(q.element_type());
   if (dt.has_error()) return dt.error();
   if (k.element_type() != q.element_type() || v.element_type() != q.element_type())
@@ -103,8 +112,14 @@ inline ffi::Error fill_fwd(FwdParams& p, const ffi::AnyBuffer& q, const ffi::Any
   p.heads_q = int(Q.heads);
   p.heads_kv = int(K.heads);
   p.head_dim = int(Q.head_dim);
+  if (mask.softcap < 0.f || mask.window_left < -1 || mask.window_right < -1)
+    return ffi::Error::InvalidArgument("softcap must be >= 0 and window sizes >= -1");
   p.scale = scale;
-  p.causal = causal;
+  p.causal = mask.causal;
+  p.query_offset = mask.query_offset;
+  p.window_left = mask.window_left;
+  p.window_right = mask.window_right;
+  p.softcap = mask.softcap;
   p.dtype = dt.value();
   return ffi::Error::Success();
 }
@@ -115,12 +130,12 @@ inline ffi::Error fill_bwd(BwdParams& p, const ffi::AnyBuffer& q, const ffi::Any
                            const ffi::AnyBuffer& v, const ffi::AnyBuffer& o,
                            const ffi::Buffer<ffi::F32>& lse, const ffi::AnyBuffer& dout,
                            ffi::AnyBuffer dq, ffi::AnyBuffer dk, ffi::AnyBuffer dv, float scale,
-                           bool causal, bool deterministic) {
+                           const MaskAttrs& mask, bool deterministic) {
   if (!same_shape(q, o)) return mismatch("o must be shaped like q", q, o);
   if (!same_shape(q, dout)) return mismatch("dout must be shaped like q", q, dout);
   if (o.element_type() != q.element_type() || dout.element_type() != q.element_type())
     return ffi::Error::InvalidArgument("o and dout must have q's dtype");
-  if (auto e = fill_fwd(p, q, k, v, nullptr, const_cast<float*>(lse.typed_data()), scale, causal);
+  if (auto e = fill_fwd(p, q, k, v, nullptr, const_cast<float*>(lse.typed_data()), scale, mask);
       e.failure())
     return e;
   if (lse.element_count() != size_t(p.batch) * p.heads_q * p.seqlen_q)
@@ -148,7 +163,11 @@ auto bind_fwd(Binding binding) {
       .template Ret<ffi::AnyBuffer>()               // o
       .template Ret<ffi::Buffer<ffi::F32>>()        // lse
       .template Attr<float>("scale")
-      .template Attr<bool>("causal");
+      .template Attr<bool>("causal")
+      .template Attr<int64_t>("query_offset")
+      .template Attr<int64_t>("window_left")
+      .template Attr<int64_t>("window_right")
+      .template Attr<float>("softcap");
 }
 
 template <typename Binding>
@@ -165,6 +184,10 @@ auto bind_bwd(Binding binding) {
       .template Ret<ffi::AnyBuffer>()               // workspace (float32 scratch, CUDA only)
       .template Attr<float>("scale")
       .template Attr<bool>("causal")
+      .template Attr<int64_t>("query_offset")
+      .template Attr<int64_t>("window_left")
+      .template Attr<int64_t>("window_right")
+      .template Attr<float>("softcap")
       .template Attr<bool>("deterministic");
 }
 

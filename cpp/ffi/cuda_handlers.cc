@@ -17,6 +17,10 @@ ffi::Error check_supported(const FwdParams& p) {
     return ffi::Error::InvalidArgument(
         "jax_flash on CUDA takes float16 or bfloat16 inputs; cast float32 q/k/v first "
         "(e.g. q.astype(jnp.bfloat16))");
+  if (!p.plain_mask())
+    return ffi::Error::InvalidArgument(
+        "jax_flash: local_window_size, logits_soft_cap and query_offset run on the CPU kernels "
+        "only so far; the CUDA kernels support causal and full attention");
   if (!cuda::supports(p.dtype, p.head_dim))
     return ffi::Error::InvalidArgument("jax_flash: no CUDA kernel for head_dim " +
                                        std::to_string(p.head_dim) + " in this build");
@@ -30,9 +34,11 @@ ffi::Error from_cuda(cudaError_t err, const char* what) {
 
 ffi::Error FwdCuda(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
                    ffi::Result<ffi::AnyBuffer> o, ffi::Result<ffi::Buffer<ffi::F32>> lse,
-                   float scale, bool causal) {
+                   float scale, bool causal, int64_t query_offset, int64_t window_left,
+                  int64_t window_right, float softcap) {
   FwdParams p;
-  if (auto e = fill_fwd(p, q, k, v, o->untyped_data(), lse->typed_data(), scale, causal);
+  if (auto e = fill_fwd(p, q, k, v, o->untyped_data(), lse->typed_data(), scale,
+                         {causal, query_offset, window_left, window_right, softcap});
       e.failure())
     return e;
   if (!same_shape(q, *o)) return mismatch("o must be shaped like q", q, *o);
@@ -44,9 +50,11 @@ ffi::Error BwdCuda(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi:
                    ffi::AnyBuffer o, ffi::Buffer<ffi::F32> lse, ffi::AnyBuffer dout,
                    ffi::Result<ffi::AnyBuffer> dq, ffi::Result<ffi::AnyBuffer> dk,
                    ffi::Result<ffi::AnyBuffer> dv, ffi::Result<ffi::AnyBuffer> workspace,
-                   float scale, bool causal, bool deterministic) {
+                   float scale, bool causal, int64_t query_offset, int64_t window_left,
+                  int64_t window_right, float softcap, bool deterministic) {
   BwdParams p;
-  if (auto e = fill_bwd(p, q, k, v, o, lse, dout, *dq, *dk, *dv, scale, causal, deterministic);
+  if (auto e = fill_bwd(p, q, k, v, o, lse, dout, *dq, *dk, *dv, scale,
+                         {causal, query_offset, window_left, window_right, softcap}, deterministic);
       e.failure())
     return e;
   if (auto e = check_supported(p); e.failure()) return e;
