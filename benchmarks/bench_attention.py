@@ -19,14 +19,13 @@ import argparse
 import json
 import math
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 import jax_flash
-from jax_flash.timing import attention_flops
+from jax_flash.timing import attention_flops, time_fn
 
 
 def _pallas_mha():
@@ -57,25 +56,6 @@ def build(fn, causal, mode):
         return jax.jit(lambda q, k, v: fn(q, k, v, causal))
     loss = lambda q, k, v: jnp.sum(fn(q, k, v, causal).astype(jnp.float32))
     return jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
-
-
-def time_device(f, args, min_repeats=5, target_s=0.3):
-    """Median over rounds of (back-to-back launches / count): dispatch overlaps
-    execution, so host overhead stays out of sub-millisecond timings."""
-    jax.block_until_ready(f(*args))  # compile + warm up
-    t0 = time.perf_counter()
-    jax.block_until_ready(f(*args))
-    one = max(time.perf_counter() - t0, 1e-6)
-    per_round = max(1, min(50, int(0.05 / one)))
-    rounds = max(min_repeats, min(20, int(target_s / (one * per_round))))
-    samples = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        for _ in range(per_round):
-            out = f(*args)
-        jax.block_until_ready(out)
-        samples.append((time.perf_counter() - t0) / per_round)
-    return float(np.median(samples))
 
 
 def temp_mib(f, args):
@@ -130,7 +110,7 @@ def main(argv=None):
                                    mode=mode)
                         try:
                             f = build(fn, causal, mode)
-                            t = time_device(f, (q, k, v))
+                            t = time_fn(f, q, k, v)
                             rec["ms"] = t * 1e3
                             rec["tflops"] = attention_flops(batch, s, s, heads, d, causal, mode) / t / 1e12
                             if mode == "fwd_bwd":

@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import sys
-import time
 
 
 def parse_args(argv=None):
@@ -60,7 +59,7 @@ def main(argv=None):
 
     import jax_flash
     from jax_flash.ring import shard_map
-    from jax_flash.timing import attention_flops
+    from jax_flash.timing import attention_flops, time_fn
 
     n = args.devices
     devices = jax.devices("cpu") if args.cpu_devices else jax.devices()
@@ -103,22 +102,6 @@ def main(argv=None):
                       static_argnums=1, out_shardings=sharding)
         return [gen(key, shape) for key, shape in zip(keys, shapes)]
 
-    def time_device(f, fargs, min_repeats=5, target_s=1.0):
-        jax.block_until_ready(f(*fargs))  # compile + warm up
-        t0 = time.perf_counter()
-        jax.block_until_ready(f(*fargs))
-        one = max(time.perf_counter() - t0, 1e-6)
-        per_round = max(1, min(20, int(0.05 / one)))
-        rounds = max(min_repeats, min(20, int(target_s / (one * per_round))))
-        samples = []
-        for _ in range(rounds):
-            t0 = time.perf_counter()
-            for _ in range(per_round):
-                out = f(*fargs)
-            jax.block_until_ready(out)
-            samples.append((time.perf_counter() - t0) / per_round)
-        return float(np.median(samples))
-
     check = args.check == "yes" or (args.check == "auto" and s <= 8192)
     if check:
         qf, kf, vf = make_inputs(s, NamedSharding(mesh, P()))
@@ -149,8 +132,8 @@ def main(argv=None):
     single = lambda q, k, v: jax_flash.attention(q, k, v, causal=causal)
     print(f"{'mode':8} {'ring ms':>10} {'TF/s/dev':>9} {'single ms':>10} {'TF/s':>8} {'efficiency':>10}")
     for mode in args.modes:
-        t_ring = time_device(build(ring, mode), ring_args)
-        t_single = time_device(build(single, mode), single_args)
+        t_ring = time_fn(build(ring, mode), *ring_args, target_s=1.0, max_per_round=20)
+        t_single = time_fn(build(single, mode), *single_args, target_s=1.0, max_per_round=20)
         tf_ring = attention_flops(b, s, s, h, d, causal, mode) / n / t_ring / 1e12
         tf_single = attention_flops(b, s_loc, s_loc, h, d, causal, mode) / t_single / 1e12
         eff = tf_ring / tf_single

@@ -59,9 +59,9 @@ def timing_table(dtype, seqlens, batch_tokens, heads, head_dim):
                     if mode == "fwd":
                         return jax.jit(f)
                     return jax.jit(jax.grad(lambda q, k, v: jnp.sum(f(q, k, v).astype(jnp.float32)), argnums=(0, 1, 2)))
-                t_ours = time_fn(build(ours), q, k, v, repeats=5)
+                t_ours = time_fn(build(ours), q, k, v)
                 try:
-                    t_ref = time_fn(build(theirs), q, k, v, repeats=5)
+                    t_ref = time_fn(build(theirs), q, k, v)
                 except Exception:  # e.g. cuDNN refusing a shape
                     t_ref = float("nan")
                 fl = attention_flops(b, s, s, heads, head_dim, causal, mode)

@@ -17,16 +17,23 @@ def attention_flops(batch, seqlen_q, seqlen_k, heads, head_dim, causal, mode="fw
     return f * (3.5 if mode == "fwd_bwd" else 1.0)
 
 
-def time_fn(fn, *args, warmup=2, repeats=10, min_time=0.0) -> float:
-    """Median wall time in seconds of fn(*args), synchronised on its outputs."""
-    for _ in range(warmup):
-        jax.block_until_ready(fn(*args))
-    times = []
-    start = time.perf_counter()
-    while len(times) < repeats or time.perf_counter() - start < min_time:
+def time_fn(fn, *args, min_repeats=5, target_s=0.3, max_per_round=50) -> float:
+    """Median seconds per call of fn(*args), after a compile/warm-up call.
+
+    Each sample launches fn back to back and synchronises once, so dispatch
+    overlaps execution and host overhead stays out of sub-millisecond timings.
+    """
+    jax.block_until_ready(fn(*args))
+    t0 = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    one = max(time.perf_counter() - t0, 1e-6)
+    per_round = max(1, min(max_per_round, int(0.05 / one)))
+    rounds = max(min_repeats, min(20, int(target_s / (one * per_round))))
+    samples = []
+    for _ in range(rounds):
         t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - t0)
-        if len(times) >= 1000:
-            break
-    return statistics.median(times)
+        for _ in range(per_round):
+            out = fn(*args)
+        jax.block_until_ready(out)
+        samples.append((time.perf_counter() - t0) / per_round)
+    return statistics.median(samples)

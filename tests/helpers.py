@@ -48,3 +48,11 @@ def naive_grads_in_dtype(q, k, v, do, causal, scale=None):
         return jnp.sum(o.astype(jnp.float32) * do)
 
     return jax.grad(loss, argnums=(0, 1, 2))(q, k, v)
+
+
+def gpu_devices():
+    """The CUDA devices JAX sees (empty without a GPU)."""
+    try:
+        return jax.devices("gpu")
+    except RuntimeError:
+        return []

@@ -13,20 +13,15 @@ import functools
 import numpy as np
 import pytest
 
-jax = pytest.importorskip("jax")
-jnp = pytest.importorskip("jax.numpy")
+import jax
+import jax.numpy as jnp
 
-try:
-    _GPUS = jax.devices("gpu")
-except RuntimeError:
-    _GPUS = []
+import jax_flash
+from helpers import gpu_devices
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not _GPUS, reason="no CUDA GPU visible to JAX"),
-]
-
-jax_flash = pytest.importorskip("jax_flash")
+_GPUS = gpu_devices()
+# conftest.py skips tests marked gpu where JAX sees no GPU.
+pytestmark = pytest.mark.gpu
 
 ABS_SLACK = 1e-4
 
