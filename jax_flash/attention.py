@@ -84,10 +84,22 @@ def _check_inputs(q, k, v) -> None:
         )
 
 
+def is_traced(x) -> bool:
+    """True for a value only known at run time (a tracer under jit/vmap/grad),
+    using public APIs only: a concrete array converts to a Python scalar."""
+    if not isinstance(x, jax.Array) or getattr(x, "ndim", 0) != 0:
+        return False
+    try:
+        x.item()
+    except Exception:  # ConcretizationTypeError and friends
+        return True
+    return False
+
+
 def _check_scale(scale, head_dim: int) -> float:
     if scale is None:
         return 1.0 / math.sqrt(head_dim)
-    if isinstance(scale, jax.core.Tracer):
+    if is_traced(scale):
         raise TypeError("jax_flash.attention: scale must be a static Python number, not a traced value")
     try:
         s = float(scale)
@@ -99,9 +111,11 @@ def _check_scale(scale, head_dim: int) -> float:
 
 
 def _static_int(value, name: str) -> int:
-    if isinstance(value, jax.core.Tracer) or (hasattr(value, "shape") and getattr(value, "ndim", 0) > 0):
+    if is_traced(value) or getattr(value, "ndim", 0) > 0:
         raise TypeError(f"jax_flash.attention: {name} must be a static Python int "
                         f"(per-batch arrays are not supported yet), got {type(value).__name__}")
+    if isinstance(value, jax.Array):
+        value = value.item()
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"jax_flash.attention: {name} must be an int, got {value!r}")
     return int(value)
@@ -122,7 +136,7 @@ def _make_mask(causal, local_window_size, logits_soft_cap, query_offset) -> Mask
                              f"got {local_window_size!r}")
     cap = 0.0
     if logits_soft_cap is not None:
-        if isinstance(logits_soft_cap, jax.core.Tracer):
+        if is_traced(logits_soft_cap):
             raise TypeError("jax_flash.attention: logits_soft_cap must be a static Python number")
         cap = float(logits_soft_cap)
         if not (math.isfinite(cap) and cap > 0):

@@ -82,3 +82,12 @@ def test_errors_come_before_tracing():
     k = jnp.ones((1, 4, 2, 8))
     with pytest.raises(ValueError, match="multiple"):
         jax.jit(lambda q, k: jax_flash.attention(q, k, k))(q, k)
+
+
+def test_concrete_array_scalars_are_accepted_traced_ones_refused():
+    q = jnp.asarray(np.random.default_rng(0).standard_normal((1, 6, 2, 8)), jnp.float32)
+    a = jax_flash.attention(q, q, q, scale=jnp.float32(0.5), query_offset=jnp.int32(2), causal=True)
+    b = jax_flash.attention(q, q, q, scale=0.5, query_offset=2, causal=True)
+    np.testing.assert_array_equal(a, b)
+    with pytest.raises(TypeError, match="query_offset must be a static Python int"):
+        jax.jit(lambda off: jax_flash.attention(q, q, q, query_offset=off))(3)

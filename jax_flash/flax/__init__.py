@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 
 import jax_flash
+from jax_flash.attention import is_traced
 
 try:
     from flax import nnx
@@ -62,7 +63,7 @@ _HOW_TO_FALLBACK = (
 
 
 def _is_tracer(x) -> bool:
-    return isinstance(x, jax.core.Tracer)
+    return is_traced(x)
 
 
 def _unsupported_reason(
