@@ -12,6 +12,15 @@ import jax
 try:
     from jax_flash import _jax_flash
 except ImportError as e:  # pragma: no cover - only on a broken install
+    import os
+
+    _here = os.path.dirname(os.path.abspath(__file__))
+    if os.path.exists(os.path.join(_here, os.pardir, "pyproject.toml")):
+        raise ImportError(
+            f"jax_flash was imported from the source tree ({_here}), which has no compiled "
+            "extension: Python put the current directory first on sys.path. Run from another "
+            "directory, or with `python -P` (e.g. `python -P -m jax_flash`)."
+        ) from e
     raise ImportError(
         "jax_flash's compiled extension is missing; install the package with "
         "`pip install --no-build-isolation .` (see README.md)"
