@@ -104,3 +104,25 @@ def test_cuda_target_refuses_variants_with_a_clear_error():
     q, k, v = random_qkv(2, 1, 16, 16, 2, 2, 64, jnp.bfloat16, device=gpu)
     with pytest.raises(Exception, match="CPU kernels only so far"):
         jax.block_until_ready(jax_flash.attention(q, k, v, local_window_size=4))
+
+
+def test_variants_under_vmap_and_batch_head_sharding():
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    kw = dict(causal=True, local_window_size=(5, 3), logits_soft_cap=2.0, query_offset=10)
+    q, k, v = random_qkv(11, 4, 50, 60, 4, 2, 16, jnp.float32)
+    ref, _ = attention_reference_np(q, k, v, **kw)
+    o = jax.vmap(lambda q, k, v: jax_flash.attention(q, k, v, **kw))(q, k, v)
+    np.testing.assert_allclose(o, ref, atol=2e-6)
+
+    devs = jax.devices("cpu")
+    if len(devs) < 4:
+        pytest.skip("needs 4 CPU devices")
+    sh = NamedSharding(Mesh(np.array(devs[:4]).reshape(2, 2), ("b", "h")), P("b", None, "h"))
+    loss = lambda q, k, v: jnp.sum(jax_flash.attention(q, k, v, **kw) ** 2)
+    f = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
+    args = [jax.device_put(x, sh) for x in (q, k, v)]
+    for a, b in zip(f(*args), jax.grad(loss, argnums=(0, 1, 2))(q, k, v)):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    text = f.lower(*args).compile().as_text()
+    assert "all-gather" not in text and "all-to-all" not in text
