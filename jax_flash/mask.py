@@ -36,7 +36,3 @@ class Mask(NamedTuple):
             window_right=np.int64(self.window_right),
             softcap=np.float32(self.softcap),
         )
-
-    @property
-    def plain(self) -> bool:
-        return self == Mask(causal=self.causal)

@@ -155,13 +155,11 @@ inline ffi::Error fill_bwd(BwdParams& p, const ffi::AnyBuffer& q, const ffi::Any
 
 // The targets' signatures after the platform context, shared by the CPU and
 // CUDA handlers so the two registrations cannot drift apart.
+
+// scale and the MaskAttrs fields, in the order the handlers take them.
 template <typename Binding>
-auto bind_fwd(Binding binding) {
-  return std::move(binding).template Arg<ffi::AnyBuffer>()  // q
-      .template Arg<ffi::AnyBuffer>()               // k
-      .template Arg<ffi::AnyBuffer>()               // v
-      .template Ret<ffi::AnyBuffer>()               // o
-      .template Ret<ffi::Buffer<ffi::F32>>()        // lse
+auto bind_mask_attrs(Binding binding) {
+  return std::move(binding)
       .template Attr<float>("scale")
       .template Attr<bool>("causal")
       .template Attr<int64_t>("query_offset")
@@ -171,8 +169,17 @@ auto bind_fwd(Binding binding) {
 }
 
 template <typename Binding>
+auto bind_fwd(Binding binding) {
+  return bind_mask_attrs(std::move(binding).template Arg<ffi::AnyBuffer>()  // q
+      .template Arg<ffi::AnyBuffer>()               // k
+      .template Arg<ffi::AnyBuffer>()               // v
+      .template Ret<ffi::AnyBuffer>()               // o
+      .template Ret<ffi::Buffer<ffi::F32>>());      // lse
+}
+
+template <typename Binding>
 auto bind_bwd(Binding binding) {
-  return std::move(binding).template Arg<ffi::AnyBuffer>()  // q
+  return bind_mask_attrs(std::move(binding).template Arg<ffi::AnyBuffer>()  // q
       .template Arg<ffi::AnyBuffer>()               // k
       .template Arg<ffi::AnyBuffer>()               // v
       .template Arg<ffi::AnyBuffer>()               // o
@@ -181,13 +188,7 @@ auto bind_bwd(Binding binding) {
       .template Ret<ffi::AnyBuffer>()               // dq
       .template Ret<ffi::AnyBuffer>()               // dk
       .template Ret<ffi::AnyBuffer>()               // dv
-      .template Ret<ffi::AnyBuffer>()               // workspace (float32 scratch, CUDA only)
-      .template Attr<float>("scale")
-      .template Attr<bool>("causal")
-      .template Attr<int64_t>("query_offset")
-      .template Attr<int64_t>("window_left")
-      .template Attr<int64_t>("window_right")
-      .template Attr<float>("softcap")
+      .template Ret<ffi::AnyBuffer>())              // workspace (float32 scratch, CUDA only)
       .template Attr<bool>("deterministic");
 }
 
