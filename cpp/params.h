@@ -45,9 +45,38 @@ struct FwdParams {
   int64_t window_right = -1;
   float softcap = 0.f;  // > 0: scaled logits become softcap * tanh(logits / softcap)
 
+  // Per-batch variants: arrays in the kernel's memory space (device memory
+  // on CUDA, host on CPU); nullptr = absent. "batch" is the folded batch.
+  // q_seqlens[b]: rows i >= q_seqlens[b] give o = 0, lse = -inf and zero
+  // gradients. kv_seqlens[b]: keys j >= kv_seqlens[b] are masked.
+  const int32_t* q_seqlens = nullptr;   // [batch]
+  const int32_t* kv_seqlens = nullptr;  // [batch]
+  // query_offsets[b] is added to query_offset (per-batch cache positions).
+  const int32_t* query_offsets = nullptr;  // [batch]
+  // Packed documents: query i sees key j only when the ids are equal.
+  const int32_t* q_segment_ids = nullptr;   // [batch, seqlen_q]
+  const int32_t* kv_segment_ids = nullptr;  // [batch, seqlen_k]
+  // Per-block (kSegmentBlock rows/keys) inclusive [min, max] of the ids,
+  // computed once by the caller, so kernels skip tiles whose id ranges are
+  // disjoint: [batch, ceil(seqlen / kSegmentBlock), 2].
+  const int32_t* q_segment_ranges = nullptr;
+  const int32_t* kv_segment_ranges = nullptr;
+  // ALiBi: logit (after scale and softcap) += -slope * |p - j|, where p is the
+  // query's absolute position. slope = alibi_slopes[b * alibi_batch_stride + h].
+  const float* alibi_slopes = nullptr;
+  int64_t alibi_batch_stride = 0;  // heads_q for [batch, heads_q], 0 for [heads_q]
+  // Dropout of the normalised probabilities with a counter-based keep mask
+  // (see dropout.h): kept values scaled by 1 / (1 - dropout_rate).
+  float dropout_rate = 0.f;
+  const uint32_t* dropout_seed = nullptr;  // [2] key words
+
+  static constexpr int kSegmentBlock = 16;
+
   int group_size() const { return heads_q / heads_kv; }
   bool plain_mask() const {
-    return query_offset == 0 && window_left < 0 && window_right < 0 && softcap == 0.f;
+    return query_offset == 0 && window_left < 0 && window_right < 0 && softcap == 0.f &&
+           !q_seqlens && !kv_seqlens && !query_offsets && !q_segment_ids && !alibi_slopes &&
+           dropout_rate == 0.f;
   }
   // Inclusive range of keys query row i may see (before clipping to seqlen_k).
   int64_t first_key(int64_t i) const {

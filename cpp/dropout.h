@@ -1,0 +1,67 @@
+// The dropout keep mask, one definition for every target: Philox4x32-10
+// (Salmon et al., SC'11) keyed by the two seed words, counter
+// (col / 4, row, head, batch). Element (b, h, i, j) is kept when word j % 4
+// of philox(key, {j / 4, i, h, b}) >= dropout_threshold(rate). Host and device
+// compile the same code, so CPU and CUDA drop the same elements;
+// jax_flash.dropout_mask mirrors it in jnp.
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define JAX_FLASH_HD __host__ __device__ __forceinline__
+#else
+#define JAX_FLASH_HD inline
+#endif
+
+namespace jax_flash {
+
+struct Philox4 {
+  uint32_t x, y, z, w;
+};
+
+JAX_FLASH_HD void mulhilo32(uint32_t a, uint32_t b, uint32_t& hi, uint32_t& lo) {
+#if defined(__CUDA_ARCH__)
+  hi = __umulhi(a, b);
+  lo = a * b;
+#else
+  const uint64_t p = uint64_t(a) * uint64_t(b);
+  hi = uint32_t(p >> 32);
+  lo = uint32_t(p);
+#endif
+}
+
+JAX_FLASH_HD Philox4 philox4x32_10(Philox4 c, uint32_t k0, uint32_t k1) {
+  constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
+  constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int r = 0; r < 10; ++r) {
+    uint32_t hi0, lo0, hi1, lo1;
+    mulhilo32(kM0, c.x, hi0, lo0);
+    mulhilo32(kM1, c.z, hi1, lo1);
+    c = Philox4{hi1 ^ c.y ^ k0, lo1, hi0 ^ c.w ^ k1, lo0};
+    k0 += kW0;
+    k1 += kW1;
+  }
+  return c;
+}
+
+// Words below the threshold are dropped: P(keep) = 1 - threshold / 2^32.
+JAX_FLASH_HD uint32_t dropout_threshold(float rate) {
+  const double t = double(rate) * 4294967296.0;
+  return t >= 4294967295.0 ? 0xFFFFFFFFu : uint32_t(t);
+}
+
+// The four random words of columns [4 * (col / 4), 4 * (col / 4) + 4).
+JAX_FLASH_HD Philox4 dropout_words(const uint32_t seed[2], int batch, int head, int row, int col) {
+  return philox4x32_10(Philox4{uint32_t(col) >> 2, uint32_t(row), uint32_t(head), uint32_t(batch)},
+                       seed[0], seed[1]);
+}
+
+JAX_FLASH_HD uint32_t philox_word(const Philox4& w, int i) {
+  return i == 0 ? w.x : i == 1 ? w.y : i == 2 ? w.z : w.w;
+}
+
+}  // namespace jax_flash
