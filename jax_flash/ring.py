@@ -34,7 +34,10 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from jax_flash.attention import _bwd_call, _check_inputs, _check_scale, _fwd_call
+import numpy as np
+
+from jax_flash.attention import _bwd_call, _check_inputs, _check_scale, _fwd_call, _make_mask
+from jax_flash.mask import Mask
 
 __all__ = ["ring_attention", "zigzag_permute", "zigzag_unpermute", "shard_map"]
 
@@ -207,6 +210,186 @@ def _block_bwd(kind, pred, q, k, v, o, lse, do, scale, deterministic):
     return jax.lax.cond(pred, earlier, later, q, k, v, o, lse, do)
 
 
+
+# ---------------------------------------------------------------------------
+# Local windows (local_window_size): every step's K/V shard sits at a global
+# offset from the local queries that depends on the (traced) device index. The
+# set of (device, step) pairs is static and finite, so each step enumerates it:
+# for every device the plan of kernel calls is worked out in Python (which q/k
+# pieces meet, and the static Mask with the pieces' relative query_offset),
+# equal plans are shared, and `lax.switch` on the device index picks the plan.
+# Pieces entirely outside the band make no kernel call.
+
+_INF = float("inf")
+
+
+class _Seg(tuple):
+    """(local start, length, global start) of a piece of a local shard."""
+
+    __slots__ = ()
+
+    def __new__(cls, start, length, pos):
+        return super().__new__(cls, (int(start), int(length), int(pos)))
+
+
+def _segments(device, length, n, zigzag):
+    """The pieces of device `device`'s shard with their global positions."""
+    if not zigzag:
+        return (_Seg(0, length, device * length),)
+    c = length // 2
+    return (_Seg(0, c, device * c), _Seg(c, c, (2 * n - 1 - device) * c))
+
+
+def _bounds(causal, window):
+    """(left, right) reach of a query as numbers (inf: unbounded)."""
+    left, right = window
+    lo = _INF if left < 0 else left
+    hi = _INF if right < 0 else right
+    if causal:
+        hi = min(hi, 0)
+    return lo, hi
+
+
+def _status(qs, ks, causal, window):
+    """"empty", "full" or "partial": how much of q piece x k piece is visible."""
+    lo, hi = _bounds(causal, window)
+    p0, p1 = qs[2], qs[2] + qs[1] - 1
+    g0, g1 = ks[2], ks[2] + ks[1] - 1
+    if g0 > p1 + hi or g1 < p0 - lo:
+        return "empty"
+    if g0 >= p1 - lo and g1 <= p0 + hi:
+        return "full"
+    return "partial"
+
+
+def _contiguous(segs):
+    """One piece spanning `segs` when they are adjacent in global order, else None."""
+    for a, b in zip(segs, segs[1:]):
+        if b[0] != a[0] + a[1] or b[2] != a[2] + a[1]:
+            return None
+    return _Seg(segs[0][0], sum(s[1] for s in segs), segs[0][2])
+
+
+def _local_span(segs):
+    """(local start, length) of adjacent local pieces, else None."""
+    if any(b[0] != a[0] + a[1] for a, b in zip(segs, segs[1:])):
+        return None
+    return segs[0][0], sum(s[1] for s in segs)
+
+
+def _call_for(q_segs, k_segs, causal, window):
+    """One kernel call covering q_segs x k_segs (local ranges, static Mask), or
+    None when no single Mask describes them."""
+    if all(_status(a, b, causal, window) == "full" for a in q_segs for b in k_segs):
+        qa, ka = _local_span(q_segs), _local_span(k_segs)
+        return None if qa is None or ka is None else (*qa, *ka, Mask())
+    qa, ka = _contiguous(q_segs), _contiguous(k_segs)
+    if qa is None or ka is None:
+        return None
+    mask = Mask(causal=causal, query_offset=qa[2] - ka[2], window_left=window[0],
+                window_right=window[1])
+    return (qa[0], qa[1], ka[0], ka[1], mask)
+
+
+def _plan(device, t, n, lq, lk, causal, window, zigzag):
+    """The static kernel calls of step t on `device`: a tuple of
+    (q_start, q_len, k_start, k_len, Mask), empty when the block is skipped."""
+    src = (device - t) % n
+    qsegs = _segments(device, lq, n, zigzag)
+    ksegs = _segments(src, lk, n, zigzag)
+    live = [[_status(a, b, causal, window) != "empty" for b in ksegs] for a in qsegs]
+    if not any(any(r) for r in live):
+        return ()
+    whole = _call_for(qsegs, ksegs, causal, window)
+    if whole is not None:
+        return (whole,)
+    # By rows (each q piece against the k pieces it meets) or by columns; fewer calls wins.
+    plans = []
+    for by_rows in (True, False):
+        calls = []
+        outer, inner = (qsegs, ksegs) if by_rows else (ksegs, qsegs)
+        for a_i, a in enumerate(outer):
+            hits = [b for b_i, b in enumerate(inner) if (live[a_i][b_i] if by_rows else live[b_i][a_i])]
+            if not hits:
+                continue
+            pair = lambda a, b: ([a], b) if by_rows else (b, [a])
+            c = _call_for(*pair(a, hits), causal, window)
+            if c is not None:
+                calls.append(c)
+            else:
+                calls += [_call_for(*pair(a, [b]), causal, window) for b in hits]
+        plans.append(tuple(calls))
+    return min(plans, key=len)
+
+
+def _switch_plans(t, n, lq, lk, causal, window, zigzag, idx):
+    """(plans, branch index): the distinct plans of step t and which one this device runs."""
+    per_device = [_plan(d, t, n, lq, lk, causal, window, zigzag) for d in range(n)]
+    plans = list(dict.fromkeys(per_device))
+    which = np.array([plans.index(p) for p in per_device], np.int32)
+    return plans, (None if len(plans) == 1 else jnp.asarray(which)[idx])
+
+
+def _pad_to(x, start, total, axis=-3, value=0.0):
+    """Places x (the rows [start, start + len) of a length-`total` axis) in a
+    length-`total` array filled with `value`."""
+    length = x.shape[axis]
+    if start:
+        x = _pad_front(x, start, axis, value)
+    if total - start - length:
+        x = _pad_back(x, total - start - length, axis, value)
+    return x
+
+
+def _plan_fwd(plan, q, k, v, scale):
+    """float32 partial (o, lse) of the local q against one visiting K/V shard."""
+    lq = q.shape[-3]
+    o_acc = jnp.zeros_like(q, dtype=jnp.float32)
+    lse_acc = jnp.full_like(_rows_t(q), -jnp.inf)
+    for qs, ql, ks, kl, mask in plan:
+        o, lse = _fwd_call(_seq_slice(q, qs, qs + ql), _seq_slice(k, ks, ks + kl),
+                           _seq_slice(v, ks, ks + kl), scale, mask)
+        o = _pad_to(o.astype(jnp.float32), qs, lq)
+        lse = _pad_to(lse, qs, lq, axis=-1, value=-jnp.inf)
+        if len(plan) == 1:
+            return o, lse
+        o_acc, lse_acc = _merge(o_acc, lse_acc, o, lse)
+    return o_acc, lse_acc
+
+
+def _plan_bwd(plan, q, k, v, o, lse, do, scale, deterministic):
+    """float32 (dq, dk, dv) of one visiting K/V shard, with the global lse and final o."""
+    lq, lk = q.shape[-3], k.shape[-3]
+    f32 = jnp.float32
+    dq, dk, dv = (jnp.zeros_like(x, dtype=f32) for x in (q, k, v))
+    for qs, ql, ks, kl, mask in plan:
+        rq = lambda x: _seq_slice(x, qs, qs + ql)
+        rk = lambda x: _seq_slice(x, ks, ks + kl)
+        dq_c, dk_c, dv_c = _bwd_call(rq(q), rk(k), rk(v), rq(o), _seq_slice(lse, qs, qs + ql, axis=-1),
+                                     rq(do), scale, mask, deterministic)
+        dq = dq + _pad_to(dq_c.astype(f32), qs, lq)
+        dk = dk + _pad_to(dk_c.astype(f32), ks, lk)
+        dv = dv + _pad_to(dv_c.astype(f32), ks, lk)
+    return dq, dk, dv
+
+
+def _windowed_fwd(t, n, idx, q, k, v, scale, causal, window, zigzag):
+    plans, which = _switch_plans(t, n, q.shape[-3], k.shape[-3], causal, window, zigzag, idx)
+    branches = [functools.partial(_plan_fwd, p, scale=scale) for p in plans]
+    if which is None:
+        return branches[0](q, k, v)
+    return jax.lax.switch(which, branches, q, k, v)
+
+
+def _windowed_bwd(t, n, idx, q, k, v, o, lse, do, scale, causal, window, zigzag, deterministic):
+    plans, which = _switch_plans(t, n, q.shape[-3], k.shape[-3], causal, window, zigzag, idx)
+    branches = [functools.partial(_plan_bwd, p, scale=scale, deterministic=deterministic)
+                for p in plans]
+    if which is None:
+        return branches[0](q, k, v, o, lse, do)
+    return jax.lax.switch(which, branches, q, k, v, o, lse, do)
+
+
 # ---------------------------------------------------------------------------
 # The ring passes.
 
@@ -215,7 +398,7 @@ def _ring_perm(n):
     return [(i, (i + 1) % n) for i in range(n)]
 
 
-def _ring_forward(q, k, v, scale, causal, zigzag, axis_name):
+def _ring_forward(q, k, v, scale, causal, zigzag, window, axis_name):
     n = _axis_size(axis_name)
     idx = jax.lax.axis_index(axis_name)
     perm = _ring_perm(n)
@@ -225,14 +408,18 @@ def _ring_forward(q, k, v, scale, causal, zigzag, axis_name):
     for t in range(n):
         # Issue the transfer of the next shard before this step's kernel.
         nxt = jax.lax.ppermute(kv, axis_name, perm) if t < n - 1 else None
-        kind, pred = _step_kind(t, causal, zigzag, idx, n)
-        o_t, lse_t = _block_fwd(kind, pred, q, kv[0], kv[1], scale)
+        if window is None:
+            kind, pred = _step_kind(t, causal, zigzag, idx, n)
+            o_t, lse_t = _block_fwd(kind, pred, q, kv[0], kv[1], scale)
+        else:
+            o_t, lse_t = _windowed_fwd(t, n, idx, q, kv[0], kv[1], scale, causal, window, zigzag)
         o_acc, lse_acc = _merge(o_acc, lse_acc, o_t, lse_t)
         kv = nxt
     return o_acc.astype(q.dtype), lse_acc
 
 
-def _ring_backward(q, k, v, o, lse, do, dlse, scale, causal, zigzag, deterministic, axis_name):
+def _ring_backward(q, k, v, o, lse, do, dlse, scale, causal, zigzag, window, deterministic,
+                   axis_name):
     n = _axis_size(axis_name)
     idx = jax.lax.axis_index(axis_name)
     perm = _ring_perm(n)
@@ -249,16 +436,25 @@ def _ring_backward(q, k, v, o, lse, do, dlse, scale, causal, zigzag, determinist
     kv = (k, v)
     for t in range(n):
         nxt = jax.lax.ppermute(kv, axis_name, perm) if t < n - 1 else None
-        kind, pred = _step_kind(t, causal, zigzag, idx, n)
-        dq_t, dk_t, dv_t = _block_bwd(kind, pred, q, kv[0], kv[1], o, lse, do, scale, deterministic)
+        if window is None:
+            kind, pred = _step_kind(t, causal, zigzag, idx, n)
+            block_fwd = lambda q, k, v: _block_fwd(kind, pred, q, k, v, scale)
+            block_bwd = lambda q, k, v, o, lse, do: _block_bwd(
+                kind, pred, q, k, v, o, lse, do, scale, deterministic)
+        else:
+            block_fwd = functools.partial(_windowed_fwd, t, n, idx, scale=scale, causal=causal,
+                                          window=window, zigzag=zigzag)
+            block_bwd = functools.partial(_windowed_bwd, t, n, idx, scale=scale, causal=causal,
+                                          window=window, zigzag=zigzag, deterministic=deterministic)
+        dq_t, dk_t, dv_t = block_bwd(q, kv[0], kv[1], o, lse, do)
         dq = dq + dq_t.astype(f32)
         dk = dk + dk_t.astype(f32)
         dv = dv + dv_t.astype(f32)
         if dlse is not None:
-            pk_t, lse_t = _block_fwd(kind, pred, q, kv[0], kv[0], scale)
+            pk_t, lse_t = block_fwd(q, kv[0], kv[0])
             safe = jnp.where(jnp.isfinite(lse), lse, 0.0)
             pk_acc = pk_acc + pk_t.astype(f32) * _rows(jnp.exp(lse_t - safe))
-            _, _, pt_gq = _block_bwd(kind, pred, q, kv[0], kv[0], zeros_o, lse, gq, scale, deterministic)
+            _, _, pt_gq = block_bwd(q, kv[0], kv[0], zeros_o, lse, gq)
             dk = dk + scale * pt_gq.astype(f32)
         # dK/dV travel with their shard; the n-th transfer brings them home.
         dk, dv = jax.lax.ppermute((dk, dv), axis_name, perm)
@@ -268,18 +464,18 @@ def _ring_backward(q, k, v, o, lse, do, dlse, scale, causal, zigzag, determinist
     return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6, 7))
-def _ring(q, k, v, scale, causal, zigzag, deterministic, axis_name):
-    return _ring_forward(q, k, v, scale, causal, zigzag, axis_name)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6, 7, 8))
+def _ring(q, k, v, scale, causal, zigzag, window, deterministic, axis_name):
+    return _ring_forward(q, k, v, scale, causal, zigzag, window, axis_name)
 
 
-def _ring_fwd_rule(q, k, v, scale, causal, zigzag, deterministic, axis_name):
+def _ring_fwd_rule(q, k, v, scale, causal, zigzag, window, deterministic, axis_name):
     q, k, v = q.value, k.value, v.value
-    o, lse = _ring_forward(q, k, v, scale, causal, zigzag, axis_name)
+    o, lse = _ring_forward(q, k, v, scale, causal, zigzag, window, axis_name)
     return (o, lse), (q, k, v, o, lse)
 
 
-def _ring_bwd_rule(scale, causal, zigzag, deterministic, axis_name, residuals, cotangents):
+def _ring_bwd_rule(scale, causal, zigzag, window, deterministic, axis_name, residuals, cotangents):
     q, k, v, o, lse = residuals
     do, dlse = cotangents
     sym_zero = jax.custom_derivatives.SymbolicZero
@@ -287,7 +483,7 @@ def _ring_bwd_rule(scale, causal, zigzag, deterministic, axis_name, residuals, c
         do = jnp.zeros_like(o)
     dlse = None if isinstance(dlse, sym_zero) else dlse
     return _ring_backward(q, k, v, o, lse, do.astype(o.dtype), dlse, scale, causal, zigzag,
-                          deterministic, axis_name)
+                          window, deterministic, axis_name)
 
 
 _ring.defvjp(_ring_fwd_rule, _ring_bwd_rule, symbolic_zeros=True)
@@ -308,6 +504,7 @@ def ring_attention(
     scale: float | None = None,
     return_lse: bool = False,
     deterministic: bool = False,
+    local_window_size: int | tuple[int, int] | None = None,
 ):
     """Sequence-parallel (ring) attention; call it inside `shard_map`.
 
@@ -327,22 +524,39 @@ def ring_attention(
         does i+1 of the n blocks.
       scale, return_lse, deterministic: as in `jax_flash.attention`; lse is the
         global log-sum-exp of this device's rows, [batch..., heads, seqlen_q / n].
+      local_window_size: w or (left, right), as in `jax_flash.attention`, over
+        the *global* positions (global query i sees global keys i-left .. i+right;
+        combines with causal, contiguous or zigzag shards). Each step works out,
+        for the device's position in the ring, which pieces of the visiting shard
+        lie in the band: pieces outside it make no kernel call, the others call
+        the kernel with a static mask offset (`lax.switch` over the devices'
+        distinct plans). The K/V shards still travel the whole ring. Like
+        `query_offset` and `logits_soft_cap` in `jax_flash.attention`, windows
+        run on the CPU kernels until the CUDA target has them.
+
+    Segment ids (packed sequences) are not supported by the ring.
 
     Returns:
       o shaped like q, or (o, lse) when return_lse.
     """
     _check_inputs(q, k, v)
     s = _check_scale(scale, q.shape[-1])
+    window = None
+    if local_window_size is not None:
+        m = _make_mask(causal, local_window_size, None, 0)
+        window = (m.window_left, m.window_right)
     if causal and q.shape[-3] != k.shape[-3]:
         raise ValueError(
             "jax_flash.ring_attention: causal needs equal q and k/v shard lengths, got "
             f"q.shape={tuple(q.shape)}, k.shape={tuple(k.shape)}"
         )
-    if zigzag and causal and q.shape[-3] % 2:
+    # Without a window, non-causal attention does not depend on the token order.
+    zigzag = bool(zigzag and (causal or window is not None))
+    if zigzag and (q.shape[-3] % 2 or k.shape[-3] % 2):
         raise ValueError(
             "jax_flash.ring_attention: zigzag shards hold two equal chunks, so the local "
-            f"sequence length must be even, got q.shape={tuple(q.shape)}"
+            f"sequence lengths must be even, got q.shape={tuple(q.shape)}, k.shape={tuple(k.shape)}"
         )
     q, k, v = jnp.asarray(q), jnp.asarray(k), jnp.asarray(v)
-    o, lse = _ring(q, k, v, s, bool(causal), bool(zigzag and causal), bool(deterministic), axis_name)
+    o, lse = _ring(q, k, v, s, bool(causal), zigzag, window, bool(deterministic), axis_name)
     return (o, lse) if return_lse else o
