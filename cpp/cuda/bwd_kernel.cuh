@@ -10,8 +10,14 @@
 #include <cmath>
 
 #include "bwd_common.cuh"
+#include "cuda/variants.cuh"
 
 namespace jax_flash::cuda::bwd {
+
+// No variants: an empty stand-in for cuda::Variant.
+struct NoVariantBwd {
+  __device__ __forceinline__ NoVariantBwd(const FwdParams&, int, int) {}
+};
 
 // ---------------------------------------------------------------------------
 // One warp per (batch, head, query row).
@@ -112,6 +118,49 @@ __device__ __forceinline__ float lse_to_log2(float l) {
   return l == -INFINITY ? INFINITY : l * kLog2e;
 }
 
+// Variants: raw S = Q K^T and raw dP = dO V^T (both fp32, in place) ->
+//   s  <- P~ = keep * P / (1 - rate)  (P itself without dropout), for dV
+//   dp <- dS = P * (keep * dP / (1 - rate) - D) * (1 - tanh^2)   (soft-cap)
+// where P = exp2(logit2 - lse2) on visible elements, 0 elsewhere. dQ and dK
+// are scale * dS K and scale * dS^T Q (the scale is applied by the caller).
+template <class Acc, class AccdP, class Coords, class Lse2, class Dsum, class Qid>
+__device__ __forceinline__ void variant_probs_dscores(Acc& s, AccdP& dp, Coords const& cs,
+                                                      const Variant& var, float scale, bool mask,
+                                                      int row0, int col0, Lse2 const& lse2,
+                                                      Dsum const& dsum, Qid const& qid) {
+  Tensor srr = make_tensor(s.data(), rowcol(s.layout()));
+  Tensor drr = make_tensor(dp.data(), rowcol(dp.layout()));
+  Tensor crr = make_tensor(cs.data(), rowcol(cs.layout()));
+  CUTE_UNROLL
+  for (int mi = 0; mi < size<0>(srr); ++mi) {
+    const int r = get<0>(crr(mi, 0));
+    const int row = row0 + r;
+    const float l2 = lse2(mi, r);
+    const float d = dsum(mi, r);
+    const int id = mask ? qid(mi, row) : 0;
+    CUTE_UNROLL
+    for (int ni = 0; ni < size<1>(srr); ni += 2) {
+      const int col = col0 + get<1>(crr(mi, ni));
+      bool k[2] = {true, true};
+      if (var.dropout) var.keep_pair(row, col, k[0], k[1]);
+      CUTE_UNROLL
+      for (int e = 0; e < 2; ++e) {
+        float dt;
+        const float l = var.logit_log2(srr(mi, ni + e), scale, row, col + e, dt);
+        const bool vis = !mask || var.visible(row, col + e, id);
+        const float pr = vis ? exp2f(l - l2) : 0.f;
+        float dpv = drr(mi, ni + e), pd = pr;
+        if (var.dropout) {
+          dpv = k[e] ? dpv * var.keep_scale : 0.f;
+          pd = k[e] ? pr * var.keep_scale : 0.f;
+        }
+        srr(mi, ni + e) = pd;
+        drr(mi, ni + e) = pr * (dpv - d) * dt;
+      }
+    }
+  }
+}
+
 // Write an fp32 accumulator tile as Element pairs into swizzled smem.
 template <class Element, class Acc, class Coords, class SLayout>
 __device__ __forceinline__ void acc_to_smem(Acc const& acc, Coords const& cs, Element* smem,
@@ -125,7 +174,7 @@ __device__ __forceinline__ void acc_to_smem(Acc const& acc, Coords const& cs, El
 
 // ---------------------------------------------------------------------------
 // dK/dV (and, with kAtomicDq, the dQ partial sums) for one key tile.
-template <class Cfg, bool kAtomicDq>
+template <class Cfg, bool kAtomicDq, bool kVariants = false>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
 bwd_dkdv_kernel(const BwdParams p, const float* __restrict__ dsum, float* __restrict__ dq_accum,
                 const bool vec_ok, const bool pair_ok) {
@@ -150,10 +199,27 @@ bwd_dkdv_kernel(const BwdParams p, const float* __restrict__ dsum, float* __rest
   const int Sq = p.seqlen_q, Sk = p.seqlen_k, hd = p.head_dim;
   const int group = p.heads_q / p.heads_kv;
   const int n0 = nb * N;
-  const int m_begin = p.causal ? n0 / M : 0;
-  const int m_end = (Sq + M - 1) / M;
+  int m_begin = p.causal ? n0 / M : 0;
+  int m_end = (Sq + M - 1) / M;
+  using VarT = std::conditional_t<kVariants, Variant, NoVariantBwd>;
+  VarT var(p, b, hkv * group);
+  [[maybe_unused]] Variant::SegRange k_rng;
+  if constexpr (kVariants) {
+    var.template query_tiles<M>(n0, n0 + N - 1, m_begin, m_end);
+    k_rng = var.k_range(n0, N);
+  }
   const int nm = m_end > m_begin ? m_end - m_begin : 0;
   const int total = group * nm;
+  // Next (q head, query tile) iteration after `it`, skipping query tiles
+  // whose segment ids cannot meet this key tile's.
+  auto next_it = [&](int it) {
+    ++it;
+    if constexpr (kVariants) {
+      if (var.qrng && var.krng)
+        while (it < total && Variant::disjoint(var.q_range((m_begin + it % nm) * M, M), k_rng)) ++it;
+    }
+    return it;
+  };
 
   const Element* q = static_cast<const Element*>(p.q);
   const Element* dout = static_cast<const Element*>(p.dout);
@@ -185,7 +251,8 @@ bwd_dkdv_kernel(const BwdParams p, const float* __restrict__ dsum, float* __rest
       cp_async4(sDsum + st * M + r, dsum + (valid ? row_base + r : 0), valid);
     }
   };
-  if (total > 0) issue(0, 0);
+  int it = next_it(-1);
+  if (it < total) issue(it, 0);
   cp_async_commit();
 
   // MMAs, copies and register fragments.
@@ -248,13 +315,13 @@ bwd_dkdv_kernel(const BwdParams p, const float* __restrict__ dsum, float* __rest
 
   const float scale_log2 = p.scale * kLog2e;
 
-  for (int it = 0; it < total; ++it) {
-    const int st = it & 1;
+  for (int st = 0; it < total; st ^= 1) {
     const int h = hkv * group + it / nm;
     const int m0 = (m_begin + it % nm) * M;
+    const int it_next = next_it(it);
     cp_async_wait_all();
     __syncthreads();
-    if (it + 1 < total) issue(it + 1, st ^ 1);
+    if (it_next < total) issue(it_next, st ^ 1);
     cp_async_commit();
 
     Tensor sQ = make_tensor(make_smem_ptr(sQ_ptr + st * TQ::kElems), typename TQ::Layout{});
@@ -269,16 +336,29 @@ bwd_dkdv_kernel(const BwdParams p, const float* __restrict__ dsum, float* __rest
     clear(acc_s);
     gemm_ss(mma_sdp, acc_s, tSrQ, tSrK, tcA_sdp.partition_S(sQ), tSsK, cpA_sdp, cpB_sdp, tcA_sdp,
             tcB_sdp);
-    const bool mask = (p.causal && m0 < n0 + N - 1) || (n0 + N > Sk);
-    scores_to_probs(acc_s, cS, [&](int, int r) { return lse_to_log2(lse_st[r]); }, scale_log2, mask,
-                    p.causal, m0, n0, Sk);
-
-    // dP = dO V^T -> dS = P (dP - D).
     Tensor acc_dp = partition_fragment_C(mma_sdp, Shape<Int<M>, Int<N>>{});
     clear(acc_dp);
-    gemm_ss(mma_sdp, acc_dp, tSrdO, tSrV, tcA_sdp.partition_S(sdO), tSsV, cpA_sdp, cpB_sdp,
-            tcA_sdp, tcB_sdp);
-    probs_to_dscores(acc_s, acc_dp, cS, [&](int, int r) { return dsum_st[r]; });
+    if constexpr (kVariants) {
+      // dP = dO V^T first, then P, dropout, dS and the soft-cap factor in one pass.
+      var.set_head(p, h);
+      gemm_ss(mma_sdp, acc_dp, tSrdO, tSrV, tcA_sdp.partition_S(sdO), tSsV, cpA_sdp, cpB_sdp,
+              tcA_sdp, tcB_sdp);
+      const Variant::SegRange q_rng = var.qseg ? var.q_range(m0, M) : Variant::SegRange{};
+      const bool mask = var.tile_needs_mask(m0, M, n0, N, q_rng, k_rng);
+      variant_probs_dscores(
+          acc_s, acc_dp, cS, var, p.scale, mask, m0, n0,
+          [&](int, int r) { return lse_to_log2(lse_st[r]); }, [&](int, int r) { return dsum_st[r]; },
+          [&](int, int row) { return var.q_segment(row); });
+    } else {
+      const bool mask = (p.causal && m0 < n0 + N - 1) || (n0 + N > Sk);
+      scores_to_probs(acc_s, cS, [&](int, int r) { return lse_to_log2(lse_st[r]); }, scale_log2,
+                      mask, p.causal, m0, n0, Sk);
+
+      // dP = dO V^T -> dS = P (dP - D).
+      gemm_ss(mma_sdp, acc_dp, tSrdO, tSrV, tcA_sdp.partition_S(sdO), tSsV, cpA_sdp, cpB_sdp,
+              tcA_sdp, tcB_sdp);
+      probs_to_dscores(acc_s, acc_dp, cS, [&](int, int r) { return dsum_st[r]; });
+    }
 
     acc_to_smem(acc_s, cS, sP_ptr, typename TP::Layout{});
     acc_to_smem(acc_dp, cS, sdS_ptr, typename TP::Layout{});
@@ -310,6 +390,7 @@ bwd_dkdv_kernel(const BwdParams p, const float* __restrict__ dsum, float* __rest
         }
       }
     }
+    it = it_next;
   }
 
   cp_async_wait_all();  // nothing in flight at exit (no iterations: K, V)
@@ -326,7 +407,7 @@ bwd_dkdv_kernel(const BwdParams p, const float* __restrict__ dsum, float* __rest
 // ---------------------------------------------------------------------------
 // Deterministic dQ for one query tile: loops over the key tiles, dS stays in
 // registers as the A operand of dQ += dS K. Writes dq directly.
-template <class Cfg>
+template <class Cfg, bool kVariants = false>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
 bwd_dq_kernel(const BwdParams p, const float* __restrict__ dsum, const bool vec_ok,
               const bool pair_ok) {
@@ -346,8 +427,25 @@ bwd_dq_kernel(const BwdParams p, const float* __restrict__ dsum, const bool vec_
   const int Sq = p.seqlen_q, Sk = p.seqlen_k, hd = p.head_dim;
   const int hkv = h / (p.heads_q / p.heads_kv);
   const int m0 = mb * M;
+  int n_begin = 0;
   int n_end = (Sk + N - 1) / N;
   if (p.causal) n_end = min(n_end, (min(m0 + M, Sq) + N - 1) / N);
+  using VarT = std::conditional_t<kVariants, Variant, NoVariantBwd>;
+  const VarT var(p, b, h);
+  [[maybe_unused]] Variant::SegRange q_rng;
+  if constexpr (kVariants) {
+    var.template key_tiles<N>(m0, m0 + M - 1, n_begin, n_end);
+    q_rng = var.q_range(m0, M);
+  }
+  // Next key tile after n, skipping tiles whose segment ids cannot match.
+  auto next_n = [&](int n) {
+    ++n;
+    if constexpr (kVariants) {
+      if (var.qrng && var.krng)
+        while (n < n_end && Variant::disjoint(q_rng, var.k_range(n * N, N))) ++n;
+    }
+    return n;
+  };
 
   {
     const Element* qg = static_cast<const Element*>(p.q) + b * p.q_batch_stride +
@@ -371,7 +469,8 @@ bwd_dq_kernel(const BwdParams p, const float* __restrict__ dsum, const bool vec_
                        vbase + int64_t(n0) * p.v_row_stride, p.v_row_stride, Sk - n0, hd, vec_ok,
                        tid);
   };
-  if (n_end > 0) issue(0, 0);
+  int n = next_n(n_begin - 1);
+  if (n < n_end) issue(n, 0);
   cp_async_commit();
 
   typename Cfg::Mma mma;
@@ -402,23 +501,25 @@ bwd_dq_kernel(const BwdParams p, const float* __restrict__ dsum, const bool vec_
   Tensor crr = make_tensor(cS.data(), rowcol(cS.layout()));
   constexpr int kRows = decltype(size<0>(crr))::value;
   float lse2[kRows], dsr[kRows];
+  [[maybe_unused]] int qids[kRows];
   CUTE_UNROLL
   for (int i = 0; i < kRows; ++i) {
     const int row = m0 + get<0>(crr(i, 0));
     const int64_t idx = (int64_t(b) * p.heads_q + h) * Sq + row;
     lse2[i] = row < Sq ? lse_to_log2(p.lse[idx]) : INFINITY;
     dsr[i] = row < Sq ? dsum[idx] : 0.f;
+    if constexpr (kVariants) qids[i] = var.q_segment(row);
   }
   Tensor acc_dq = partition_fragment_C(mma, Shape<Int<M>, Int<D>>{});
   clear(acc_dq);
   const float scale_log2 = p.scale * kLog2e;
 
-  for (int n = 0; n < n_end; ++n) {
-    const int st = n & 1;
+  for (int st = 0; n < n_end; st ^= 1) {
     const int n0 = n * N;
+    const int n_nxt = next_n(n);
     cp_async_wait_all();
     __syncthreads();
-    if (n + 1 < n_end) issue(n + 1, st ^ 1);
+    if (n_nxt < n_end) issue(n_nxt, st ^ 1);
     cp_async_commit();
 
     Tensor sK = make_tensor(make_smem_ptr(sK_ptr + st * TK::kElems), typename TK::Layout{});
@@ -428,18 +529,28 @@ bwd_dq_kernel(const BwdParams p, const float* __restrict__ dsum, const bool vec_
     Tensor acc_s = partition_fragment_C(mma, Shape<Int<M>, Int<N>>{});
     clear(acc_s);
     gemm_ss(mma, acc_s, tSrQ, tSrK, tSsQ, tcB.partition_S(sK), cpA, cpB, tcA, tcB);
-    const bool mask = (p.causal && n0 + N - 1 > m0) || (n0 + N > Sk);
-    scores_to_probs(acc_s, cS, [&](int i, int) { return lse2[i]; }, scale_log2, mask,
-                    p.causal, m0, n0, Sk);
-
     Tensor acc_dp = partition_fragment_C(mma, Shape<Int<M>, Int<N>>{});
     clear(acc_dp);
-    gemm_ss(mma, acc_dp, tSrdO, tSrV, tSsdO, tcB.partition_S(sV), cpA, cpB, tcA, tcB);
-    probs_to_dscores(acc_s, acc_dp, cS, [&](int i, int) { return dsr[i]; });
+    if constexpr (kVariants) {
+      gemm_ss(mma, acc_dp, tSrdO, tSrV, tSsdO, tcB.partition_S(sV), cpA, cpB, tcA, tcB);
+      const Variant::SegRange k_rng = var.qseg ? var.k_range(n0, N) : Variant::SegRange{};
+      const bool mask = var.tile_needs_mask(m0, M, n0, N, q_rng, k_rng);
+      variant_probs_dscores(
+          acc_s, acc_dp, cS, var, p.scale, mask, m0, n0, [&](int i, int) { return lse2[i]; },
+          [&](int i, int) { return dsr[i]; }, [&](int i, int) { return qids[i]; });
+    } else {
+      const bool mask = (p.causal && n0 + N - 1 > m0) || (n0 + N > Sk);
+      scores_to_probs(acc_s, cS, [&](int i, int) { return lse2[i]; }, scale_log2, mask,
+                      p.causal, m0, n0, Sk);
+
+      gemm_ss(mma, acc_dp, tSrdO, tSrV, tSsdO, tcB.partition_S(sV), cpA, cpB, tcA, tcB);
+      probs_to_dscores(acc_s, acc_dp, cS, [&](int i, int) { return dsr[i]; });
+    }
 
     Tensor rdS = convert_frag<Element>(acc_dp);
     Tensor rdS_a = make_tensor(rdS.data(), acc_as_a(rdS.layout()));
     gemm_rs(mma, acc_dq, rdS_a, tdQrKt, tcBt.partition_S(sKt), cpBt, tcBt);
+    n = n_nxt;
   }
 
   cp_async_wait_all();  // nothing in flight at exit (no key tiles: Q, dO)

@@ -16,6 +16,7 @@
 #include "cuda/mask.cuh"
 #include "cuda/softmax.cuh"
 #include "cuda/utils.cuh"
+#include "cuda/variants.cuh"
 #include "params.h"
 
 namespace jax_flash::cuda::fwd {
@@ -25,9 +26,17 @@ struct FwdArgs {
   float scale_log2;  // scale * log2(e)
 };
 
+// No variants: an empty stand-in for cuda::Variant.
+struct NoVariant {
+  __device__ __forceinline__ NoVariant(const FwdParams&, int, int) {}
+};
+
 // kVec: 16 B vector access is legal for every row of q, k, v, o (aligned
 // pointers and strides, head_dim % 8 == 0); otherwise element-wise copies.
-template <class Traits, bool kVec>
+// kVariants: the generic variants kernel (cuda::Variant policy, run-time
+// branches on which FwdParams variant fields are set); false = plain
+// causal/full attention, the variant code compiled out.
+template <class Traits, bool kVec, bool kVariants = false>
 __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(const __grid_constant__ FwdArgs args) {
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM;
@@ -47,11 +56,37 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(const __grid_
   const int rows_left = p.seqlen_q - row0;
   const int head_dim = p.head_dim;
 
-  int n_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
-  if (p.causal) {
-    const int last_row = min(row0 + kBlockM, p.seqlen_q);  // exclusive
-    n_blocks = min(n_blocks, (last_row + kBlockN - 1) / kBlockN);
+  using VarT = std::conditional_t<kVariants, Variant, NoVariant>;
+  const VarT var(p, batch, head);
+
+  // Key tiles visited: n_first down to n_stop (inclusive), skipping tiles
+  // whose segment ids cannot match (variants).
+  int n_first, n_stop = 0;
+  [[maybe_unused]] Variant::SegRange q_rng;
+  if constexpr (kVariants) {
+    int lo, hi;
+    var.template key_tiles<kBlockN>(row0, row0 + kBlockM - 1, lo, hi);
+    n_stop = lo;
+    n_first = hi;  // stepped down below
+    q_rng = var.q_range(row0, kBlockM);
+  } else {
+    int n_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
+    if (p.causal) {
+      const int last_row = min(row0 + kBlockM, p.seqlen_q);  // exclusive
+      n_blocks = min(n_blocks, (last_row + kBlockN - 1) / kBlockN);
+    }
+    n_first = n_blocks - 1;
   }
+  // Next key tile to visit below n (n_stop - 1 when none).
+  auto prev_tile = [&](int n) {
+    --n;
+    if constexpr (kVariants) {
+      if (var.krng && var.qrng)
+        while (n >= n_stop && Variant::disjoint(q_rng, var.k_range(n * kBlockN, kBlockN))) --n;
+    }
+    return n;
+  };
+  if constexpr (kVariants) n_first = prev_tile(n_first);
 
   // ---- global tensors (BTNH, int64 strides) ----
   const Element* q_ptr = static_cast<const Element*>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride;
@@ -111,11 +146,19 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(const __grid_
 
   // Scores stay raw and the scale is fused into exp2 (one FFMA per score);
   // a non-positive scale would flip the max, so such scores are pre-scaled.
-  const bool pre_scale = !(args.scale_log2 > 0.f);
-  const float scale_log2 = pre_scale ? 1.f : args.scale_log2;
+  // The variants kernel turns scores into logits in log2 units itself.
+  const bool pre_scale = !kVariants && !(args.scale_log2 > 0.f);
+  const float scale_log2 = (kVariants || pre_scale) ? 1.f : args.scale_log2;
 
-  int n_block = n_blocks - 1;
-  if (n_block >= 0) {
+  Tensor tSc_rc = make_tensor(tSc.data(), acc_rowcol_layout(tSc.layout()));
+  [[maybe_unused]] int q_ids[kRows];
+  if constexpr (kVariants) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) q_ids[r] = var.q_segment(row0 + get<0>(tSc_rc(r, 0)));
+  }
+
+  int n_block = n_first;
+  if (n_block >= n_stop) {
     load_tile<kVec, true>(gcopy, tQg, tQs, tQc, rows_left, head_dim);
     load_tile<kVec, true>(gcopy, tKg(_, _, _, n_block), tKs, tKVc, p.seqlen_k - n_block * kBlockN, head_dim);
     cp_async_fence();
@@ -124,8 +167,16 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(const __grid_
   // One K/V tile per iteration; the mask only where the tile crosses the key
   // end or the causal diagonal. Only the last key tile (the first visited)
   // can be partial, so K prefetches load unchecked rows.
-  for (; n_block >= 0; --n_block) {
-    const bool need_mask = tile_needs_mask<kBlockM, kBlockN>(row0, n_block * kBlockN, p.seqlen_k, p.causal);
+  for (; n_block >= n_stop;) {
+    const int col0 = n_block * kBlockN;
+    bool need_mask;
+    if constexpr (kVariants) {
+      const Variant::SegRange k_rng = var.qseg ? var.k_range(col0, kBlockN) : Variant::SegRange{};
+      need_mask = var.tile_needs_mask(row0, kBlockM, col0, kBlockN, q_rng, k_rng);
+    } else {
+      need_mask = tile_needs_mask<kBlockM, kBlockN>(row0, col0, p.seqlen_k, p.causal);
+    }
+    const int n_next = prev_tile(n_block);
     Tensor acc_s = partition_fragment_C(mma, Shape<Int<kBlockM>, Int<kBlockN>>{});
     clear(acc_s);
     cp_async_wait<0>();
@@ -139,25 +190,66 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(const __grid_
 #pragma unroll
       for (int i = 0; i < size(acc_s); ++i) acc_s(i) *= args.scale_log2;
     }
-    if (need_mask) apply_mask(acc_s, tSc, row0, n_block * kBlockN, p.seqlen_k, p.causal);
+    if constexpr (kVariants) {
+      // Raw scores -> logits (log2 units) with scale, soft-cap, ALiBi; masks.
+      Tensor s_rc = make_tensor(acc_s.data(), acc_rowcol_layout(acc_s.layout()));
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const int row = row0 + get<0>(tSc_rc(r, 0));
+#pragma unroll
+        for (int c = 0; c < size<1>(s_rc); ++c) {
+          const int col = col0 + get<1>(tSc_rc(r, c));
+          float dt;
+          const float l = var.logit_log2(s_rc(r, c), p.scale, row, col, dt);
+          s_rc(r, c) = (!need_mask || var.visible(row, col, q_ids[r])) ? l : -INFINITY;
+        }
+      }
+    } else {
+      if (need_mask) apply_mask(acc_s, tSc, row0, col0, p.seqlen_k, p.causal);
+    }
 
     cp_async_wait<0>();
     __syncthreads();  // V(n) landed; everyone is done with K(n)
-    if (n_block > 0) {
-      load_tile<kVec, false>(gcopy, tKg(_, _, _, n_block - 1), tKs, tKVc, kBlockN, head_dim);
+    if (n_next >= n_stop) {
+      load_tile<kVec, false>(gcopy, tKg(_, _, _, n_next), tKs, tKVc, kBlockN, head_dim);
       cp_async_fence();
     }
 
     softmax.update(acc_s, acc_o, scale_log2);
 
+    if constexpr (kVariants) {
+      // Dropout of P (the row sums above stay undropped); 1/(1-rate) at the end.
+      if (var.dropout) {
+        Tensor s_rc = make_tensor(acc_s.data(), acc_rowcol_layout(acc_s.layout()));
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          const int row = row0 + get<0>(tSc_rc(r, 0));
+#pragma unroll
+          for (int c = 0; c < size<1>(s_rc); c += 2) {
+            bool k0, k1;
+            var.keep_pair(row, col0 + get<1>(tSc_rc(r, c)), k0, k1);
+            if (!k0) s_rc(r, c) = 0.f;
+            if (!k1) s_rc(r, c + 1) = 0.f;
+          }
+        }
+      }
+    }
+
     Tensor rP = convert_regs<Element>(acc_s);
     Tensor rP_a = make_tensor(rP.data(), acc_as_a_layout(rP.layout()));
     gemm_reg_smem(acc_o, rP_a, rVt, sVt_part, mma, s2r_v, tid);
+    n_block = n_next;
   }
 
   // ---- epilogue ----
   float lse[kRows];
   softmax.finalize(acc_o, lse, scale_log2);
+  if constexpr (kVariants) {
+    if (var.dropout) {
+#pragma unroll
+      for (int i = 0; i < size(acc_o); ++i) acc_o(i) *= var.keep_scale;
+    }
+  }
 
   cp_async_wait<0>();
   __syncthreads();  // (no key tile case: Q copy never waited on)
@@ -171,7 +263,6 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(const __grid_
   cute::copy(r2s, rO_view, sO_part);
 
   // LSE: lane % 4 == 0 owns column 0 of its rows.
-  Tensor tSc_rc = make_tensor(tSc.data(), acc_rowcol_layout(tSc.layout()));
   if (get<1>(tSc_rc(0, 0)) == 0) {
     float* lse_row = p.lse + (int64_t(batch) * p.heads_q + head) * int64_t(p.seqlen_q);
 #pragma unroll

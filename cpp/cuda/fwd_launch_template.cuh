@@ -33,9 +33,9 @@ namespace fwd {
 
 // Launch the forward with an explicit configuration (also used by the
 // standalone harness to compare tile shapes).
-template <class Traits, bool kVec>
+template <class Traits, bool kVec, bool kVariants = false>
 cudaError_t launch_fwd(const FwdParams& params, cudaStream_t stream) {
-  auto kernel = &fwd_kernel<Traits, kVec>;
+  auto kernel = &fwd_kernel<Traits, kVec, kVariants>;
   constexpr int kSmem = Traits::kSmemBytes;
 
   if constexpr (kSmem > 48 * 1024) {
@@ -74,8 +74,21 @@ cudaError_t run_fwd_hdim(const FwdParams& params, bool vec_ok, cudaStream_t stre
                 : fwd::launch_fwd<Traits, false>(params, stream);
 }
 
+// The generic variants kernel (same tiles; its own build unit per head dim
+// and dtype, instantiations/fwd_var_hdim*_*.cu).
+template <DType kDType, int kHeadDim>
+cudaError_t run_fwd_var_hdim(const FwdParams& params, bool vec_ok, cudaStream_t stream) {
+  using Traits = fwd::DefaultTraits<kHeadDim, kDType>;
+  return vec_ok ? fwd::launch_fwd<Traits, true, true>(params, stream)
+                : fwd::launch_fwd<Traits, false, true>(params, stream);
+}
+
 }  // namespace jax_flash::cuda
 
 #define JAX_FLASH_INSTANTIATE_FWD(DTYPE, HDIM)                              \
   template cudaError_t jax_flash::cuda::run_fwd_hdim<jax_flash::DType::DTYPE, HDIM>( \
+      const jax_flash::FwdParams&, bool, cudaStream_t);
+
+#define JAX_FLASH_INSTANTIATE_FWD_VARIANTS(DTYPE, HDIM)                     \
+  template cudaError_t jax_flash::cuda::run_fwd_var_hdim<jax_flash::DType::DTYPE, HDIM>( \
       const jax_flash::FwdParams&, bool, cudaStream_t);
