@@ -314,6 +314,11 @@ double time_config(const TuneFn& fn, int b, int s, int h, int d, bool causal, DT
   p.q_batch_stride = p.k_batch_stride = p.v_batch_stride = p.o_batch_stride = int64_t(s) * h * d;
   p.batch = b; p.seqlen_q = p.seqlen_k = s; p.heads_q = p.heads_kv = h; p.head_dim = d;
   p.scale = float(1.0 / std::sqrt(double(d))); p.causal = causal; p.dtype = dt;
+  if (fn(p, 0) != cudaSuccess) {  // head dim not in this build (HDIMS)
+    cudaGetLastError();
+    cudaFree(q); cudaFree(k); cudaFree(v); cudaFree(o); cudaFree(lse);
+    return -1.0;
+  }
   for (int i = 0; i < 3; ++i) CK(fn(p, 0));
   cudaEvent_t e0, e1; CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
   const int iters = 20;
