@@ -131,44 +131,42 @@ __device__ __forceinline__ void variant_probs_dscores(Acc& s, AccdP& dp, Coords 
   Tensor srr = make_tensor(s.data(), rowcol(s.layout()));
   Tensor drr = make_tensor(dp.data(), rowcol(dp.layout()));
   Tensor crr = make_tensor(cs.data(), rowcol(cs.layout()));
+  // Row-col rows 2m, 2m + 1 are rows r, r + 8 of one MMA tile (keep_quad).
   CUTE_UNROLL
-  for (int mi = 0; mi < size<0>(srr); ++mi) {
-    const int r = get<0>(crr(mi, 0));
-    const int row = row0 + r;
-    const float l2 = lse2(mi, r);
-    const float d = dsum(mi, r);
-    const int id = mask ? qid(mi, row) : 0;
+  for (int mi = 0; mi < size<0>(srr); mi += 2) {
+    int row[2], id[2];
+    float l2[2], d[2];
+    CUTE_UNROLL
+    for (int e = 0; e < 2; ++e) {
+      const int r = get<0>(crr(mi + e, 0));
+      row[e] = row0 + r;
+      l2[e] = lse2(mi + e, r);
+      d[e] = dsum(mi + e, r);
+      id[e] = mask ? qid(mi + e, row[e]) : 0;
+    }
     CUTE_UNROLL
     for (int ni = 0; ni < size<1>(srr); ni += 2) {
       const int col = col0 + get<1>(crr(mi, ni));
-      bool k[2] = {true, true};
-      if (var.dropout) var.keep_pair(row, col, k[0], k[1]);
+      bool k[4] = {true, true, true, true};
+      if (var.dropout) var.keep_quad(row[0], row[1], col, k);
       CUTE_UNROLL
-      for (int e = 0; e < 2; ++e) {
+      for (int e = 0; e < 4; ++e) {
+        const int er = e >> 1, ec = e & 1;
+        float& sv = srr(mi + er, ni + ec);
+        float& dv = drr(mi + er, ni + ec);
         float dt;
-        const float l = var.logit_log2(srr(mi, ni + e), scale, row, col + e, dt);
-        const bool vis = !mask || var.visible(row, col + e, id);
-        const float pr = vis ? exp2f(l - l2) : 0.f;
-        float dpv = drr(mi, ni + e), pd = pr;
+        const float l = var.logit_log2(sv, scale, row[er], col + ec, dt);
+        const bool vis = !mask || var.visible(row[er], col + ec, id[er]);
+        const float pr = vis ? exp2f(l - l2[er]) : 0.f;
+        float dpv = dv, pd = pr;
         if (var.dropout) {
           dpv = k[e] ? dpv * var.keep_scale : 0.f;
           pd = k[e] ? pr * var.keep_scale : 0.f;
         }
-        srr(mi, ni + e) = pd;
-        drr(mi, ni + e) = pr * (dpv - d) * dt;
+        sv = pd;
+        dv = pr * (dpv - d[er]) * dt;
       }
     }
-  }
-}
-
-// Write an fp32 accumulator tile as Element pairs into swizzled smem.
-template <class Element, class Acc, class Coords, class SLayout>
-__device__ __forceinline__ void acc_to_smem(Acc const& acc, Coords const& cs, Element* smem,
-                                            SLayout const& sl) {
-  CUTE_UNROLL
-  for (int i = 0; i < size(acc); i += 2) {
-    const int r = get<0>(cs(i)), c = get<1>(cs(i));
-    *reinterpret_cast<uint32_t*>(smem + sl(r, c)) = pack2<Element>(acc(i), acc(i + 1));
   }
 }
 

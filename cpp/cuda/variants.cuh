@@ -194,14 +194,22 @@ struct Variant {
     return s;
   }
 
-  // Keep bits of (row, col) and (row, col + 1), col even.
-  __device__ __forceinline__ void keep_pair(int row, int col, bool& k0, bool& k1) const {
-    const Philox4 w = dropout_words(seed, batch, head, row, col);
-    const int c = col & 3;  // 0 or 2
-    const uint32_t a = c == 0 ? w.x : w.z;
-    const uint32_t b = c == 0 ? w.y : w.w;
-    k0 = a >= drop_threshold;
-    k1 = b >= drop_threshold;
+  // Keep bits of rows {row_lo, row_hi} x columns {col, col + 1} (col even)
+  // held by this lane of an SM80 MMA accumulator. Lanes l and l ^ 1 own the
+  // two column pairs of one 4-column Philox group (l odd: col % 4 == 2) for
+  // the same two rows, so each lane computes one row's four words and swaps
+  // half of them with its partner: one Philox call per 4 elements. All 32
+  // lanes of the warp must call it together.
+  // k[0], k[1]: row_lo (col, col + 1); k[2], k[3]: row_hi.
+  __device__ __forceinline__ void keep_quad(int row_lo, int row_hi, int col, bool (&k)[4]) const {
+    const bool odd = (threadIdx.x & 1) != 0;
+    const Philox4 w = dropout_words(seed, batch, head, odd ? row_hi : row_lo, col);
+    const uint32_t r0 = __shfl_xor_sync(0xffffffffu, odd ? w.x : w.z, 1);
+    const uint32_t r1 = __shfl_xor_sync(0xffffffffu, odd ? w.y : w.w, 1);
+    k[0] = (odd ? r0 : w.x) >= drop_threshold;
+    k[1] = (odd ? r1 : w.y) >= drop_threshold;
+    k[2] = (odd ? w.z : r0) >= drop_threshold;
+    k[3] = (odd ? w.w : r1) >= drop_threshold;
   }
 };
 
