@@ -170,6 +170,17 @@ __device__ __forceinline__ void variant_probs_dscores(Acc& s, AccdP& dp, Coords 
   }
 }
 
+// Write an fp32 accumulator tile as Element pairs into swizzled smem.
+template <class Element, class Acc, class Coords, class SLayout>
+__device__ __forceinline__ void acc_to_smem(Acc const& acc, Coords const& cs, Element* smem,
+                                            SLayout const& sl) {
+  CUTE_UNROLL
+  for (int i = 0; i < size(acc); i += 2) {
+    const int r = get<0>(cs(i)), c = get<1>(cs(i));
+    *reinterpret_cast<uint32_t*>(smem + sl(r, c)) = pack2<Element>(acc(i), acc(i + 1));
+  }
+}
+
 // ---------------------------------------------------------------------------
 // dK/dV (and, with kAtomicDq, the dQ partial sums) for one key tile.
 template <class Cfg, bool kAtomicDq, bool kVariants = false>
@@ -209,12 +220,17 @@ bwd_dkdv_kernel(const BwdParams p, const float* __restrict__ dsum, float* __rest
   const int nm = m_end > m_begin ? m_end - m_begin : 0;
   const int total = group * nm;
   // Next (q head, query tile) iteration after `it`, skipping query tiles
-  // whose segment ids cannot meet this key tile's.
-  auto next_it = [&](int it) {
+  // whose segment ids cannot meet this key tile's; rng gets the tile's range.
+  [[maybe_unused]] Variant::SegRange q_rng_cur, q_rng_next;
+  auto next_it = [&](int it, Variant::SegRange& rng) {
     ++it;
     if constexpr (kVariants) {
-      if (var.qrng && var.krng)
-        while (it < total && Variant::disjoint(var.q_range((m_begin + it % nm) * M, M), k_rng)) ++it;
+      if (var.qseg) {
+        for (; it < total; ++it) {
+          rng = var.q_range((m_begin + it % nm) * M, M);
+          if (!Variant::disjoint(rng, k_rng)) break;
+        }
+      }
     }
     return it;
   };
@@ -249,7 +265,7 @@ bwd_dkdv_kernel(const BwdParams p, const float* __restrict__ dsum, float* __rest
       cp_async4(sDsum + st * M + r, dsum + (valid ? row_base + r : 0), valid);
     }
   };
-  int it = next_it(-1);
+  int it = next_it(-1, q_rng_cur);
   if (it < total) issue(it, 0);
   cp_async_commit();
 
@@ -316,7 +332,7 @@ bwd_dkdv_kernel(const BwdParams p, const float* __restrict__ dsum, float* __rest
   for (int st = 0; it < total; st ^= 1) {
     const int h = hkv * group + it / nm;
     const int m0 = (m_begin + it % nm) * M;
-    const int it_next = next_it(it);
+    const int it_next = next_it(it, q_rng_next);
     cp_async_wait_all();
     __syncthreads();
     if (it_next < total) issue(it_next, st ^ 1);
@@ -341,8 +357,7 @@ bwd_dkdv_kernel(const BwdParams p, const float* __restrict__ dsum, float* __rest
       var.set_head(p, h);
       gemm_ss(mma_sdp, acc_dp, tSrdO, tSrV, tcA_sdp.partition_S(sdO), tSsV, cpA_sdp, cpB_sdp,
               tcA_sdp, tcB_sdp);
-      const Variant::SegRange q_rng = var.qseg ? var.q_range(m0, M) : Variant::SegRange{};
-      const bool mask = var.tile_needs_mask(m0, M, n0, N, q_rng, k_rng);
+      const bool mask = var.tile_needs_mask(m0, M, n0, N, q_rng_cur, k_rng);
       variant_probs_dscores(
           acc_s, acc_dp, cS, var, p.scale, mask, m0, n0,
           [&](int, int r) { return lse_to_log2(lse_st[r]); }, [&](int, int r) { return dsum_st[r]; },
@@ -368,7 +383,9 @@ bwd_dkdv_kernel(const BwdParams p, const float* __restrict__ dsum, float* __rest
     gemm_ss(mma_dkv, acc_dk, tdKrdSt, tdKrQt, tdKsdSt, tcB_dkv.partition_S(sQt), cpA_dkv, cpB_dkv,
             tcA_dkv, tcB_dkv);
 
-    if constexpr (kAtomicDq) {
+    // The variants kernel serves both modes (one instantiation: build time);
+    // deterministic mode passes no accumulator.
+    if (kAtomicDq && (!kVariants || dq_accum != nullptr)) {
       // dQ (unscaled) += dS K, fp32 atomics into [b, h, row, D].
       Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<M>, Int<D>>{});
       clear(acc_dq);
@@ -389,6 +406,7 @@ bwd_dkdv_kernel(const BwdParams p, const float* __restrict__ dsum, float* __rest
       }
     }
     it = it_next;
+    if constexpr (kVariants) q_rng_cur = q_rng_next;
   }
 
   cp_async_wait_all();  // nothing in flight at exit (no iterations: K, V)
@@ -435,12 +453,18 @@ bwd_dq_kernel(const BwdParams p, const float* __restrict__ dsum, const bool vec_
     var.template key_tiles<N>(m0, m0 + M - 1, n_begin, n_end);
     q_rng = var.q_range(m0, M);
   }
-  // Next key tile after n, skipping tiles whose segment ids cannot match.
-  auto next_n = [&](int n) {
+  // Next key tile after n, skipping tiles whose segment ids cannot match;
+  // rng gets the tile's range.
+  [[maybe_unused]] Variant::SegRange k_rng_cur, k_rng_next;
+  auto next_n = [&](int n, Variant::SegRange& rng) {
     ++n;
     if constexpr (kVariants) {
-      if (var.qrng && var.krng)
-        while (n < n_end && Variant::disjoint(q_rng, var.k_range(n * N, N))) ++n;
+      if (var.qseg) {
+        for (; n < n_end; ++n) {
+          rng = var.k_range(n * N, N);
+          if (!Variant::disjoint(q_rng, rng)) break;
+        }
+      }
     }
     return n;
   };
@@ -467,7 +491,7 @@ bwd_dq_kernel(const BwdParams p, const float* __restrict__ dsum, const bool vec_
                        vbase + int64_t(n0) * p.v_row_stride, p.v_row_stride, Sk - n0, hd, vec_ok,
                        tid);
   };
-  int n = next_n(n_begin - 1);
+  int n = next_n(n_begin - 1, k_rng_cur);
   if (n < n_end) issue(n, 0);
   cp_async_commit();
 
@@ -514,7 +538,7 @@ bwd_dq_kernel(const BwdParams p, const float* __restrict__ dsum, const bool vec_
 
   for (int st = 0; n < n_end; st ^= 1) {
     const int n0 = n * N;
-    const int n_nxt = next_n(n);
+    const int n_nxt = next_n(n, k_rng_next);
     cp_async_wait_all();
     __syncthreads();
     if (n_nxt < n_end) issue(n_nxt, st ^ 1);
@@ -531,8 +555,7 @@ bwd_dq_kernel(const BwdParams p, const float* __restrict__ dsum, const bool vec_
     clear(acc_dp);
     if constexpr (kVariants) {
       gemm_ss(mma, acc_dp, tSrdO, tSrV, tSsdO, tcB.partition_S(sV), cpA, cpB, tcA, tcB);
-      const Variant::SegRange k_rng = var.qseg ? var.k_range(n0, N) : Variant::SegRange{};
-      const bool mask = var.tile_needs_mask(m0, M, n0, N, q_rng, k_rng);
+      const bool mask = var.tile_needs_mask(m0, M, n0, N, q_rng, k_rng_cur);
       variant_probs_dscores(
           acc_s, acc_dp, cS, var, p.scale, mask, m0, n0, [&](int i, int) { return lse2[i]; },
           [&](int i, int) { return dsr[i]; }, [&](int i, int) { return qids[i]; });
@@ -549,6 +572,7 @@ bwd_dq_kernel(const BwdParams p, const float* __restrict__ dsum, const bool vec_
     Tensor rdS_a = make_tensor(rdS.data(), acc_as_a(rdS.layout()));
     gemm_rs(mma, acc_dq, rdS_a, tdQrKt, tcBt.partition_S(sKt), cpBt, tcBt);
     n = n_nxt;
+    if constexpr (kVariants) k_rng_cur = k_rng_next;
   }
 
   cp_async_wait_all();  // nothing in flight at exit (no key tiles: Q, dO)

@@ -77,7 +77,8 @@ cudaError_t launch_bwd(const BwdParams& p, BwdLaunchFlags flags, cudaStream_t st
     constexpr int smem = int(DkdvCfg::kSmemBytes);
     if (p.deterministic) {
       static std::atomic<unsigned long long> mask{0};
-      auto kernel = &bwd_dkdv_kernel<DkdvCfg, false, kVariants>;
+      // Variants: the atomic kernel with no accumulator (one instantiation).
+      auto kernel = &bwd_dkdv_kernel<DkdvCfg, kVariants, kVariants>;
       cudaError_t err = opt_in_smem(kernel, smem, mask);
       if (err != cudaSuccess) return err;
       kernel<<<grid, DkdvCfg::kThreads, smem, stream>>>(p, dsum, nullptr, flags.vec_ok,

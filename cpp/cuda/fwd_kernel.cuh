@@ -24,6 +24,7 @@ namespace jax_flash::cuda::fwd {
 struct FwdArgs {
   FwdParams p;
   float scale_log2;  // scale * log2(e)
+  bool vec;          // variants kernel: 16 B vector copies legal (run-time kVec)
 };
 
 // No variants: an empty stand-in for cuda::Variant.
@@ -33,6 +34,8 @@ struct NoVariant {
 
 // kVec: 16 B vector access is legal for every row of q, k, v, o (aligned
 // pointers and strides, head_dim % 8 == 0); otherwise element-wise copies.
+// The variants kernel ignores kVec and reads args.vec (one instantiation
+// per head dim and dtype instead of two: build time).
 // kVariants: the generic variants kernel (cuda::Variant policy, run-time
 // branches on which FwdParams variant fields are set); false = plain
 // causal/full attention, the variant code compiled out.
@@ -77,16 +80,22 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(const __grid_
     }
     n_first = n_blocks - 1;
   }
-  // Next key tile to visit below n (n_stop - 1 when none).
-  auto prev_tile = [&](int n) {
+  // Next key tile to visit below n (n_stop - 1 when none); k_rng gets its
+  // segment id range (segments only).
+  [[maybe_unused]] Variant::SegRange k_rng, k_rng_next;
+  auto prev_tile = [&](int n, Variant::SegRange& rng) {
     --n;
     if constexpr (kVariants) {
-      if (var.krng && var.qrng)
-        while (n >= n_stop && Variant::disjoint(q_rng, var.k_range(n * kBlockN, kBlockN))) --n;
+      if (var.qseg) {
+        for (; n >= n_stop; --n) {
+          rng = var.k_range(n * kBlockN, kBlockN);
+          if (!Variant::disjoint(q_rng, rng)) break;
+        }
+      }
     }
     return n;
   };
-  if constexpr (kVariants) n_first = prev_tile(n_first);
+  if constexpr (kVariants) n_first = prev_tile(n_first, k_rng);
 
   // ---- global tensors (BTNH, int64 strides) ----
   const Element* q_ptr = static_cast<const Element*>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride;
@@ -121,6 +130,18 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(const __grid_
   Tensor tVs = gthr.partition_D(sV);
   Tensor tQc = gthr.partition_S(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
   Tensor tKVc = gthr.partition_S(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+
+  // gmem -> smem tile copy: vector path fixed at compile time (plain) or
+  // chosen at run time (variants).
+  auto load = [&](auto const& src, auto&& dst, auto const& coord, int max_row, auto check_rows) {
+    constexpr bool kCheck = decltype(check_rows)::value;
+    if constexpr (!kVariants) {
+      load_tile<kVec, kCheck>(gcopy, src, dst, coord, max_row, head_dim);
+    } else {
+      if (args.vec) load_tile<true, kCheck>(gcopy, src, dst, coord, max_row, head_dim);
+      else load_tile<false, kCheck>(gcopy, src, dst, coord, max_row, head_dim);
+    }
+  };
 
   // ---- MMA partitions ----
   typename Traits::TiledMma mma;
@@ -159,8 +180,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(const __grid_
 
   int n_block = n_first;
   if (n_block >= n_stop) {
-    load_tile<kVec, true>(gcopy, tQg, tQs, tQc, rows_left, head_dim);
-    load_tile<kVec, true>(gcopy, tKg(_, _, _, n_block), tKs, tKVc, p.seqlen_k - n_block * kBlockN, head_dim);
+    load(tQg, tQs, tQc, rows_left, std::true_type{});
+    load(tKg(_, _, _, n_block), tKs, tKVc, p.seqlen_k - n_block * kBlockN, std::true_type{});
     cp_async_fence();
   }
 
@@ -171,20 +192,20 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(const __grid_
     const int col0 = n_block * kBlockN;
     bool need_mask;
     if constexpr (kVariants) {
-      const Variant::SegRange k_rng = var.qseg ? var.k_range(col0, kBlockN) : Variant::SegRange{};
       need_mask = var.tile_needs_mask(row0, kBlockM, col0, kBlockN, q_rng, k_rng);
     } else {
       need_mask = tile_needs_mask<kBlockM, kBlockN>(row0, col0, p.seqlen_k, p.causal);
     }
-    const int n_next = prev_tile(n_block);
     Tensor acc_s = partition_fragment_C(mma, Shape<Int<kBlockM>, Int<kBlockN>>{});
     clear(acc_s);
     cp_async_wait<0>();
     __syncthreads();  // K(n) landed; everyone is done with V(n+1)
-    load_tile<kVec, true>(gcopy, tVg(_, _, _, n_block), tVs, tKVc, p.seqlen_k - n_block * kBlockN, head_dim);
+    load(tVg(_, _, _, n_block), tVs, tKVc, p.seqlen_k - n_block * kBlockN, std::true_type{});
     cp_async_fence();
 
     gemm_smem_smem(acc_s, rQ, rK, sQ_part, sK_part, mma, s2r_q, s2r_k, tid);
+    // After the MMAs are issued: the segment range loads overlap them.
+    const int n_next = prev_tile(n_block, k_rng_next);
 
     if (pre_scale) {
 #pragma unroll
@@ -211,7 +232,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(const __grid_
     cp_async_wait<0>();
     __syncthreads();  // V(n) landed; everyone is done with K(n)
     if (n_next >= n_stop) {
-      load_tile<kVec, false>(gcopy, tKg(_, _, _, n_next), tKs, tKVc, kBlockN, head_dim);
+      load(tKg(_, _, _, n_next), tKs, tKVc, kBlockN, std::false_type{});
       cp_async_fence();
     }
 
@@ -244,6 +265,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(const __grid_
     Tensor rP_a = make_tensor(rP.data(), acc_as_a_layout(rP.layout()));
     gemm_reg_smem(acc_o, rP_a, rVt, sVt_part, mma, s2r_v, tid);
     n_block = n_next;
+    if constexpr (kVariants) k_rng = k_rng_next;
   }
 
   // ---- epilogue ----
@@ -285,7 +307,12 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(const __grid_
   Tensor tOr = make_tensor<Element>(shape(tOg));
   cute::copy(gcopy_o, tOs, tOr);
   Tensor tOc = gthr_o.partition_D(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
-  store_tile<kVec>(gcopy_o, tOr, tOg, tOc, rows_left, head_dim);
+  if constexpr (!kVariants) {
+    store_tile<kVec>(gcopy_o, tOr, tOg, tOc, rows_left, head_dim);
+  } else {
+    if (args.vec) store_tile<true>(gcopy_o, tOr, tOg, tOc, rows_left, head_dim);
+    else store_tile<false>(gcopy_o, tOr, tOg, tOc, rows_left, head_dim);
+  }
 }
 
 }  // namespace jax_flash::cuda::fwd

@@ -34,7 +34,7 @@ namespace fwd {
 // Launch the forward with an explicit configuration (also used by the
 // standalone harness to compare tile shapes).
 template <class Traits, bool kVec, bool kVariants = false>
-cudaError_t launch_fwd(const FwdParams& params, cudaStream_t stream) {
+cudaError_t launch_fwd(const FwdParams& params, cudaStream_t stream, bool vec = kVec) {
   auto kernel = &fwd_kernel<Traits, kVec, kVariants>;
   constexpr int kSmem = Traits::kSmemBytes;
 
@@ -55,6 +55,7 @@ cudaError_t launch_fwd(const FwdParams& params, cudaStream_t stream) {
   FwdArgs args;
   args.p = params;
   args.scale_log2 = params.scale * 1.4426950408889634f;
+  args.vec = vec;
 
   const dim3 grid((params.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, params.heads_q, params.batch);
   kernel<<<grid, Traits::kNThreads, kSmem, stream>>>(args);
@@ -79,8 +80,7 @@ cudaError_t run_fwd_hdim(const FwdParams& params, bool vec_ok, cudaStream_t stre
 template <DType kDType, int kHeadDim>
 cudaError_t run_fwd_var_hdim(const FwdParams& params, bool vec_ok, cudaStream_t stream) {
   using Traits = fwd::DefaultTraits<kHeadDim, kDType>;
-  return vec_ok ? fwd::launch_fwd<Traits, true, true>(params, stream)
-                : fwd::launch_fwd<Traits, false, true>(params, stream);
+  return fwd::launch_fwd<Traits, true, true>(params, stream, vec_ok);  // vec_ok read at run time
 }
 
 }  // namespace jax_flash::cuda
