@@ -71,24 +71,16 @@ using DefaultTraits = FwdTraits<kHeadDim, FwdTile<kHeadDim>::kM, FwdTile<kHeadDi
 template <DType kDType, int kHeadDim>
 cudaError_t run_fwd_hdim(const FwdParams& params, bool vec_ok, cudaStream_t stream) {
   using Traits = fwd::DefaultTraits<kHeadDim, kDType>;
-  return vec_ok ? fwd::launch_fwd<Traits, true>(params, stream)
-                : fwd::launch_fwd<Traits, false>(params, stream);
-}
-
-// The generic variants kernel (same tiles; its own build unit per head dim
-// and dtype, instantiations/fwd_var_hdim*_*.cu).
-template <DType kDType, int kHeadDim>
-cudaError_t run_fwd_var_hdim(const FwdParams& params, bool vec_ok, cudaStream_t stream) {
-  using Traits = fwd::DefaultTraits<kHeadDim, kDType>;
-  return fwd::launch_fwd<Traits, true, true>(params, stream, vec_ok);  // vec_ok read at run time
+  // The element-wise copy path (head_dim % 8 != 0, unaligned rows) runs on
+  // the variants kernel, whose vector flag is a run-time value: one
+  // instantiation fewer per head dim and dtype (build time); those inputs
+  // are on the slow scalar-copy path either way.
+  if (!vec_ok) return run_fwd_var_hdim<kDType, kHeadDim>(params, false, stream);
+  return fwd::launch_fwd<Traits, true>(params, stream);
 }
 
 }  // namespace jax_flash::cuda
 
 #define JAX_FLASH_INSTANTIATE_FWD(DTYPE, HDIM)                              \
   template cudaError_t jax_flash::cuda::run_fwd_hdim<jax_flash::DType::DTYPE, HDIM>( \
-      const jax_flash::FwdParams&, bool, cudaStream_t);
-
-#define JAX_FLASH_INSTANTIATE_FWD_VARIANTS(DTYPE, HDIM)                     \
-  template cudaError_t jax_flash::cuda::run_fwd_var_hdim<jax_flash::DType::DTYPE, HDIM>( \
       const jax_flash::FwdParams&, bool, cudaStream_t);
