@@ -12,7 +12,7 @@ GENCODE=$(for a in $ARCHS; do printf -- "-gencode arch=compute_%s,code=sm_%s " "
 FLAGS="-O3 -std=c++17 --expt-relaxed-constexpr --use_fast_math $GENCODE -I cpp -I $CUTE_INC"
 inst=$(ls cpp/cuda/instantiations/bwd_*.cu)
 if [ -n "${HDIMS:-}" ]; then
-  FLAGS="$FLAGS -DJAX_FLASH_ONLY_HEAD_DIMS=$(echo $HDIMS | tr ' ' ',')"
+  FLAGS="$FLAGS -DJAX_FLASH_SELECTED_HEAD_DIMS $(for d in $HDIMS; do printf -- '-DJAX_FLASH_HDIM_%s ' "$d"; done)"
   inst=$(for d in $HDIMS; do ls cpp/cuda/instantiations/bwd_*hdim${d}_*.cu; done)
 fi
 mkdir -p "$BUILD"
