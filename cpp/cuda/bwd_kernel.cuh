@@ -123,9 +123,12 @@ __device__ __forceinline__ float lse_to_log2(float l) {
 //   dp <- dS = P * (keep * dP / (1 - rate) - D) * (1 - tanh^2)   (soft-cap)
 // where P = exp2(logit2 - lse2) on visible elements, 0 elsewhere. dQ and dK
 // are scale * dS K and scale * dS^T Q (the scale is applied by the caller).
-template <class Acc, class AccdP, class Coords, class Lse2, class Dsum, class Qid>
+// kTransform: soft-cap / ALiBi present (logits element by element); else the
+// plain kernels' exp2(S * scale_log2 - lse2).
+template <bool kTransform, class Acc, class AccdP, class Coords, class Lse2, class Dsum, class Qid>
 __device__ __forceinline__ void variant_probs_dscores(Acc& s, AccdP& dp, Coords const& cs,
-                                                      const Variant& var, float scale, bool mask,
+                                                      const Variant& var, float scale,
+                                                      float scale_log2, bool mask,
                                                       int row0, int col0, Lse2 const& lse2,
                                                       Dsum const& dsum, Qid const& qid) {
   Tensor srr = make_tensor(s.data(), rowcol(s.layout()));
@@ -154,8 +157,13 @@ __device__ __forceinline__ void variant_probs_dscores(Acc& s, AccdP& dp, Coords 
         const int er = e >> 1, ec = e & 1;
         float& sv = srr(mi + er, ni + ec);
         float& dv = drr(mi + er, ni + ec);
-        float dt;
-        const float l = var.logit_log2(sv, scale, row[er], col + ec, dt);
+        float dt = 1.f;
+        float l;
+        if constexpr (kTransform) {
+          l = var.logit_log2(sv, scale, row[er], col + ec, dt);
+        } else {
+          l = sv * scale_log2;
+        }
         const bool vis = !mask || var.visible(row[er], col + ec, id[er]);
         const float pr = vis ? exp2f(l - l2[er]) : 0.f;
         float dpv = dv, pd = pr;
@@ -164,7 +172,7 @@ __device__ __forceinline__ void variant_probs_dscores(Acc& s, AccdP& dp, Coords 
           pd = k[e] ? pr * var.keep_scale : 0.f;
         }
         sv = pd;
-        dv = pr * (dpv - d[er]) * dt;
+        dv = kTransform ? pr * (dpv - d[er]) * dt : pr * (dpv - d[er]);
       }
     }
   }
@@ -358,10 +366,15 @@ bwd_dkdv_kernel(const BwdParams p, const float* __restrict__ dsum, float* __rest
       gemm_ss(mma_sdp, acc_dp, tSrdO, tSrV, tcA_sdp.partition_S(sdO), tSsV, cpA_sdp, cpB_sdp,
               tcA_sdp, tcB_sdp);
       const bool mask = var.tile_needs_mask(m0, M, n0, N, q_rng_cur, k_rng);
-      variant_probs_dscores(
-          acc_s, acc_dp, cS, var, p.scale, mask, m0, n0,
-          [&](int, int r) { return lse_to_log2(lse_st[r]); }, [&](int, int r) { return dsum_st[r]; },
-          [&](int, int row) { return var.q_segment(row); });
+      auto lse_f = [&](int, int r) { return lse_to_log2(lse_st[r]); };
+      auto dsum_f = [&](int, int r) { return dsum_st[r]; };
+      auto qid_f = [&](int, int row) { return var.q_segment(row); };
+      if (var.transforms_logits())
+        variant_probs_dscores<true>(acc_s, acc_dp, cS, var, p.scale, scale_log2, mask, m0, n0,
+                                    lse_f, dsum_f, qid_f);
+      else
+        variant_probs_dscores<false>(acc_s, acc_dp, cS, var, p.scale, scale_log2, mask, m0, n0,
+                                     lse_f, dsum_f, qid_f);
     } else {
       const bool mask = (p.causal && m0 < n0 + N - 1) || (n0 + N > Sk);
       scores_to_probs(acc_s, cS, [&](int, int r) { return lse_to_log2(lse_st[r]); }, scale_log2,
@@ -556,9 +569,15 @@ bwd_dq_kernel(const BwdParams p, const float* __restrict__ dsum, const bool vec_
     if constexpr (kVariants) {
       gemm_ss(mma, acc_dp, tSrdO, tSrV, tSsdO, tcB.partition_S(sV), cpA, cpB, tcA, tcB);
       const bool mask = var.tile_needs_mask(m0, M, n0, N, q_rng, k_rng_cur);
-      variant_probs_dscores(
-          acc_s, acc_dp, cS, var, p.scale, mask, m0, n0, [&](int i, int) { return lse2[i]; },
-          [&](int i, int) { return dsr[i]; }, [&](int i, int) { return qids[i]; });
+      auto lse_f = [&](int i, int) { return lse2[i]; };
+      auto dsum_f = [&](int i, int) { return dsr[i]; };
+      auto qid_f = [&](int i, int) { return qids[i]; };
+      if (var.transforms_logits())
+        variant_probs_dscores<true>(acc_s, acc_dp, cS, var, p.scale, scale_log2, mask, m0, n0,
+                                    lse_f, dsum_f, qid_f);
+      else
+        variant_probs_dscores<false>(acc_s, acc_dp, cS, var, p.scale, scale_log2, mask, m0, n0,
+                                     lse_f, dsum_f, qid_f);
     } else {
       const bool mask = (p.causal && n0 + N - 1 > m0) || (n0 + N > Sk);
       scores_to_probs(acc_s, cS, [&](int i, int) { return lse2[i]; }, scale_log2, mask,

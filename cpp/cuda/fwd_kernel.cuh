@@ -167,9 +167,13 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(const __grid_
 
   // Scores stay raw and the scale is fused into exp2 (one FFMA per score);
   // a non-positive scale would flip the max, so such scores are pre-scaled.
-  // The variants kernel turns scores into logits in log2 units itself.
-  const bool pre_scale = !kVariants && !(args.scale_log2 > 0.f);
-  const float scale_log2 = (kVariants || pre_scale) ? 1.f : args.scale_log2;
+  // Variants that change logits (soft-cap, ALiBi) turn the scores into logits
+  // in log2 units element by element instead; the masks-only variants keep
+  // the plain kernel's fused path.
+  bool transform = false;
+  if constexpr (kVariants) transform = var.transforms_logits();
+  const bool pre_scale = !transform && !(args.scale_log2 > 0.f);
+  const float scale_log2 = (transform || pre_scale) ? 1.f : args.scale_log2;
 
   Tensor tSc_rc = make_tensor(tSc.data(), acc_rowcol_layout(tSc.layout()));
   [[maybe_unused]] int q_ids[kRows];
@@ -212,17 +216,29 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(const __grid_
       for (int i = 0; i < size(acc_s); ++i) acc_s(i) *= args.scale_log2;
     }
     if constexpr (kVariants) {
-      // Raw scores -> logits (log2 units) with scale, soft-cap, ALiBi; masks.
       Tensor s_rc = make_tensor(acc_s.data(), acc_rowcol_layout(acc_s.layout()));
+      if (transform) {
+        // Raw scores -> logits (log2 units) with scale, soft-cap, ALiBi; masks.
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        const int row = row0 + get<0>(tSc_rc(r, 0));
+        for (int r = 0; r < kRows; ++r) {
+          const int row = row0 + get<0>(tSc_rc(r, 0));
 #pragma unroll
-        for (int c = 0; c < size<1>(s_rc); ++c) {
-          const int col = col0 + get<1>(tSc_rc(r, c));
-          float dt;
-          const float l = var.logit_log2(s_rc(r, c), p.scale, row, col, dt);
-          s_rc(r, c) = (!need_mask || var.visible(row, col, q_ids[r])) ? l : -INFINITY;
+          for (int c = 0; c < size<1>(s_rc); ++c) {
+            const int col = col0 + get<1>(tSc_rc(r, c));
+            float dt;
+            const float l = var.logit_log2(s_rc(r, c), p.scale, row, col, dt);
+            s_rc(r, c) = (!need_mask || var.visible(row, col, q_ids[r])) ? l : -INFINITY;
+          }
+        }
+      } else if (need_mask) {
+        // Masks only (band, lengths, segments): raw scores, as the plain kernel.
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          const int row = row0 + get<0>(tSc_rc(r, 0));
+#pragma unroll
+          for (int c = 0; c < size<1>(s_rc); ++c) {
+            if (!var.visible(row, col0 + get<1>(tSc_rc(r, c)), q_ids[r])) s_rc(r, c) = -INFINITY;
+          }
         }
       }
     } else {

@@ -175,6 +175,13 @@ struct Variant {
     return true;
   }
 
+  // Whether logits change beyond scale and masks (soft-cap, ALiBi): then the
+  // kernels compute logits element by element; otherwise they keep the plain
+  // kernels' raw scores with the scale fused into exp2.
+  __device__ __forceinline__ bool transforms_logits() const {
+    return softcap > 0.f || alibi_log2 != 0.f;
+  }
+
   // Raw q.k -> logit in log2 units (scale, soft-cap, ALiBi). dtanh gets
   // d(capped)/d(uncapped) = 1 - tanh^2 (1 without soft-cap).
   __device__ __forceinline__ float logit_log2(float qk, float scale, int row, int col,
