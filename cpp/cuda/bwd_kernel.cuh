@@ -151,7 +151,7 @@ __device__ __forceinline__ void variant_probs_dscores(Acc& s, AccdP& dp, Coords 
     for (int ni = 0; ni < size<1>(srr); ni += 2) {
       const int col = col0 + get<1>(crr(mi, ni));
       bool k[4] = {true, true, true, true};
-      if (var.dropout) var.keep_quad(row[0], row[1], col, k);
+      if (var.dropout()) var.keep_quad(row[0], row[1], col, k);
       CUTE_UNROLL
       for (int e = 0; e < 4; ++e) {
         const int er = e >> 1, ec = e & 1;
@@ -167,7 +167,7 @@ __device__ __forceinline__ void variant_probs_dscores(Acc& s, AccdP& dp, Coords 
         const bool vis = !mask || var.visible(row[er], col + ec, id[er]);
         const float pr = vis ? exp2f(l - l2[er]) : 0.f;
         float dpv = dv, pd = pr;
-        if (var.dropout) {
+        if (var.dropout()) {
           dpv = k[e] ? dpv * var.keep_scale : 0.f;
           pd = k[e] ? pr * var.keep_scale : 0.f;
         }
@@ -193,7 +193,7 @@ __device__ __forceinline__ void acc_to_smem(Acc const& acc, Coords const& cs, El
 // dK/dV (and, with kAtomicDq, the dQ partial sums) for one key tile.
 template <class Cfg, bool kAtomicDq, bool kVariants = false>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
-bwd_dkdv_kernel(const BwdParams p, const float* __restrict__ dsum, float* __restrict__ dq_accum,
+bwd_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restrict__ dsum, float* __restrict__ dq_accum,
                 const bool vec_ok, const bool pair_ok) {
   using Element = typename Cfg::Element;
   constexpr int M = Cfg::kBlockM, N = Cfg::kBlockN, D = Cfg::kHeadDim, T = Cfg::kThreads;
@@ -233,7 +233,7 @@ bwd_dkdv_kernel(const BwdParams p, const float* __restrict__ dsum, float* __rest
   auto next_it = [&](int it, Variant::SegRange& rng) {
     ++it;
     if constexpr (kVariants) {
-      if (var.qseg) {
+      if (var.segments()) {
         for (; it < total; ++it) {
           rng = var.q_range((m_begin + it % nm) * M, M);
           if (!Variant::disjoint(rng, k_rng)) break;
@@ -362,7 +362,7 @@ bwd_dkdv_kernel(const BwdParams p, const float* __restrict__ dsum, float* __rest
     clear(acc_dp);
     if constexpr (kVariants) {
       // dP = dO V^T first, then P, dropout, dS and the soft-cap factor in one pass.
-      var.set_head(p, h);
+      var.set_head(h);
       gemm_ss(mma_sdp, acc_dp, tSrdO, tSrV, tcA_sdp.partition_S(sdO), tSsV, cpA_sdp, cpB_sdp,
               tcA_sdp, tcB_sdp);
       const bool mask = var.tile_needs_mask(m0, M, n0, N, q_rng_cur, k_rng);
@@ -438,7 +438,7 @@ bwd_dkdv_kernel(const BwdParams p, const float* __restrict__ dsum, float* __rest
 // registers as the A operand of dQ += dS K. Writes dq directly.
 template <class Cfg, bool kVariants = false>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
-bwd_dq_kernel(const BwdParams p, const float* __restrict__ dsum, const bool vec_ok,
+bwd_dq_kernel(const __grid_constant__ BwdParams p, const float* __restrict__ dsum, const bool vec_ok,
               const bool pair_ok) {
   using Element = typename Cfg::Element;
   constexpr int M = Cfg::kBlockM, N = Cfg::kBlockN, D = Cfg::kHeadDim, T = Cfg::kThreads;
@@ -472,7 +472,7 @@ bwd_dq_kernel(const BwdParams p, const float* __restrict__ dsum, const bool vec_
   auto next_n = [&](int n, Variant::SegRange& rng) {
     ++n;
     if constexpr (kVariants) {
-      if (var.qseg) {
+      if (var.segments()) {
         for (; n < n_end; ++n) {
           rng = var.k_range(n * N, N);
           if (!Variant::disjoint(q_rng, rng)) break;

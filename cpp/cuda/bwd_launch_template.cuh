@@ -116,10 +116,22 @@ cudaError_t run_bwd_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStre
       params, flags, stream);
 }
 
+namespace bwd {
+// Variants dK/dV tile: at head dims 96 and 128 the plain 64 x 128 tile sits at 255
+// registers and the variant state pushes it into heavy spills (~450 B at d128,
+// ptxas sm_90a), so the variants kernel takes 64-key tiles there (as d160+ do).
+template <int D, DType kDType>
+using VariantDkdv = std::conditional_t<
+    D == 96 || D == 128,
+    DkdvConfig<ElementOf<kDType>, D, BwdTile<D>::kM, 64, BwdTile<D>::kW, BwdTile<D>::kS,
+               BwdTile<D>::kKV, BwdTile<D>::kQ>,
+    DefaultDkdv<D, kDType>>;
+}  // namespace bwd
+
 // The generic variants kernels (own build unit: instantiations/bwd_var_*.cu).
 template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_var_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream) {
-  return bwd::launch_bwd<bwd::DefaultDkdv<kHeadDim, kDType>, bwd::DefaultDq<kHeadDim, kDType>, true>(
+  return bwd::launch_bwd<bwd::VariantDkdv<kHeadDim, kDType>, bwd::DefaultDq<kHeadDim, kDType>, true>(
       params, flags, stream);
 }
 

@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(const __grid_
   auto prev_tile = [&](int n, Variant::SegRange& rng) {
     --n;
     if constexpr (kVariants) {
-      if (var.qseg) {
+      if (var.segments()) {
         for (; n >= n_stop; --n) {
           rng = var.k_range(n * kBlockN, kBlockN);
           if (!Variant::disjoint(q_rng, rng)) break;
@@ -256,7 +256,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(const __grid_
 
     if constexpr (kVariants) {
       // Dropout of P (the row sums above stay undropped); 1/(1-rate) at the end.
-      if (var.dropout) {
+      if (var.dropout()) {
         // Rows 2m, 2m + 1 of the row-col view are rows r and r + 8 of one
         // MMA tile; columns 2n, 2n + 1 a column pair (see keep_quad).
         Tensor s_rc = make_tensor(acc_s.data(), acc_rowcol_layout(acc_s.layout()));
@@ -288,7 +288,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(const __grid_
   float lse[kRows];
   softmax.finalize(acc_o, lse, scale_log2);
   if constexpr (kVariants) {
-    if (var.dropout) {
+    if (var.dropout()) {
 #pragma unroll
       for (int i = 0; i < size(acc_o); ++i) acc_o(i) *= var.keep_scale;
     }

@@ -20,53 +20,32 @@
 namespace jax_flash::cuda {
 
 struct Variant {
-  // Per (batch, q head) constants.
+  // The kernel's parameters (a __grid_constant__ kernel argument): uniform
+  // settings are read from the constant bank on use, so they cost no
+  // registers; only the per-(batch, head) values below live in registers.
+  const FwdParams& p;
   int q_len = 0;        // rows >= q_len see nothing (o = 0, lse = -inf, no grads)
   int kv_len = 0;       // keys >= kv_len are masked
-  int seqlen_q = 0;     // array extents (segment id / range indexing)
-  int seqlen_k = 0;
   int64_t offset = 0;   // absolute position of query row 0
-  int64_t left = -1;    // window, -1 = unbounded
-  int64_t right = -1;   // min(causal ? 0 : inf, window_right)
-  float softcap = 0.f;  // > 0: logits -> softcap * tanh(logits / softcap)
   float inv_softcap = 0.f;
   float alibi_log2 = 0.f;  // slope * log2(e); 0 = no ALiBi
-  const int32_t* qseg = nullptr;   // [seqlen_q] of this batch (nullptr: no segments)
-  const int32_t* kseg = nullptr;   // [seqlen_k]
-  const int32_t* qrng = nullptr;   // [ceil(seqlen_q / 16), 2]
-  const int32_t* krng = nullptr;
+  float keep_scale = 1.f;  // 1 / (1 - dropout_rate)
   uint32_t drop_threshold = 0;
-  bool dropout = false;
-  float keep_scale = 1.f;  // 1 / (1 - rate)
   uint32_t seed[2] = {0u, 0u};
   int batch = 0, head = 0;
 
   static constexpr int kSegBlock = FwdParams::kSegmentBlock;
 
-  __device__ __forceinline__ Variant(const FwdParams& p, int b, int h) : batch(b), head(h) {
-    seqlen_q = p.seqlen_q;
-    seqlen_k = p.seqlen_k;
+  __device__ __forceinline__ Variant(const FwdParams& params, int b, int h)
+      : p(params), batch(b), head(h) {
     q_len = p.q_seqlens ? max(0, min(p.seqlen_q, int(p.q_seqlens[b]))) : p.seqlen_q;
     kv_len = p.kv_seqlens ? max(0, min(p.seqlen_k, int(p.kv_seqlens[b]))) : p.seqlen_k;
     offset = p.query_offset + (p.query_offsets ? int64_t(p.query_offsets[b]) : 0);
-    left = p.window_left;
-    right = p.window_right;
-    if (p.causal) right = 0;  // causal: min(p, p + window_right) = p
-    softcap = p.softcap > 0.f ? p.softcap : 0.f;
-    inv_softcap = softcap > 0.f ? 1.f / softcap : 0.f;
+    inv_softcap = p.softcap > 0.f ? 1.f / p.softcap : 0.f;
     alibi_log2 = p.alibi_slopes ? p.alibi_slopes[int64_t(b) * p.alibi_batch_stride + h] *
                                       1.4426950408889634f
                                 : 0.f;
-    if (p.q_segment_ids && p.kv_segment_ids) {
-      qseg = p.q_segment_ids + int64_t(b) * p.seqlen_q;
-      kseg = p.kv_segment_ids + int64_t(b) * p.seqlen_k;
-      if (p.q_segment_ranges && p.kv_segment_ranges) {
-        qrng = p.q_segment_ranges + int64_t(b) * ((p.seqlen_q + kSegBlock - 1) / kSegBlock) * 2;
-        krng = p.kv_segment_ranges + int64_t(b) * ((p.seqlen_k + kSegBlock - 1) / kSegBlock) * 2;
-      }
-    }
-    dropout = p.dropout_rate > 0.f && p.dropout_seed != nullptr;
-    if (dropout) {
+    if (dropout()) {
       drop_threshold = dropout_threshold(p.dropout_rate);
       keep_scale = p.dropout_rate < 1.f ? 1.f / (1.f - p.dropout_rate) : 0.f;
       seed[0] = p.dropout_seed[0];
@@ -74,8 +53,24 @@ struct Variant {
     }
   }
 
+  // ---- settings read from the parameters ----
+  __device__ __forceinline__ int64_t left() const { return p.window_left; }  // -1 = unbounded
+  // Last visible key relative to the query position: min(causal ? 0 : inf,
+  // window_right); -1 = unbounded.
+  __device__ __forceinline__ int64_t right() const { return p.causal ? 0 : p.window_right; }
+  __device__ __forceinline__ bool segments() const {
+    return p.q_segment_ids != nullptr && p.kv_segment_ids != nullptr;
+  }
+  __device__ __forceinline__ bool seg_ranges() const {
+    return segments() && p.q_segment_ranges != nullptr && p.kv_segment_ranges != nullptr;
+  }
+  __device__ __forceinline__ bool dropout() const {
+    return p.dropout_rate > 0.f && p.dropout_seed != nullptr;
+  }
+  __device__ __forceinline__ float softcap() const { return p.softcap > 0.f ? p.softcap : 0.f; }
+
   // Switch the q head (backward: one CTA serves a group of q heads).
-  __device__ __forceinline__ void set_head(const FwdParams& p, int h) {
+  __device__ __forceinline__ void set_head(int h) {
     head = h;
     if (p.alibi_slopes)
       alibi_log2 = p.alibi_slopes[int64_t(batch) * p.alibi_batch_stride + h] * 1.4426950408889634f;
@@ -84,10 +79,10 @@ struct Variant {
   // ---- bands ----
   // Inclusive key range [first, last] row i may see, before lengths.
   __device__ __forceinline__ int64_t first_key(int64_t i) const {
-    return left >= 0 ? i + offset - left : INT64_MIN / 4;
+    return left() >= 0 ? i + offset - left() : INT64_MIN / 4;
   }
   __device__ __forceinline__ int64_t last_key(int64_t i) const {
-    return right >= 0 ? i + offset + right : INT64_MAX / 4;
+    return right() >= 0 ? i + offset + right() : INT64_MAX / 4;
   }
 
   // Key tiles [lo, hi) of width BN that rows [r0, r1] (inclusive, r1 < q_len
@@ -109,8 +104,8 @@ struct Variant {
     c1 = min(c1, kv_len - 1);
     if (c0 > c1 || q_len == 0) { lo = 0; hi = 0; return; }
     // last_key(i) >= c0  <=>  i >= c0 - offset - right ; first_key(i) <= c1 <=> i <= c1 + left - offset
-    int64_t i0 = right >= 0 ? int64_t(c0) - offset - right : 0;
-    int64_t i1 = left >= 0 ? int64_t(c1) + left - offset : int64_t(q_len) - 1;
+    int64_t i0 = right() >= 0 ? int64_t(c0) - offset - right() : 0;
+    int64_t i1 = left() >= 0 ? int64_t(c1) + left() - offset : int64_t(q_len) - 1;
     i0 = max(i0, int64_t(0));
     i1 = min(i1, int64_t(q_len) - 1);
     if (i0 > i1) { lo = 0; hi = 0; return; }
@@ -136,12 +131,20 @@ struct Variant {
   };
   __device__ __forceinline__ SegRange q_range(int r0, int n) const {
     SegRange s;
-    if (qrng && r0 < seqlen_q) seg_range(qrng, r0, n, seqlen_q, s.mn, s.mx);
+    if (seg_ranges() && r0 < p.seqlen_q) {
+      const int32_t* rng =
+          p.q_segment_ranges + int64_t(batch) * ((p.seqlen_q + kSegBlock - 1) / kSegBlock) * 2;
+      seg_range(rng, r0, n, p.seqlen_q, s.mn, s.mx);
+    }
     return s;
   }
   __device__ __forceinline__ SegRange k_range(int c0, int n) const {
     SegRange s;
-    if (krng && c0 < seqlen_k) seg_range(krng, c0, n, seqlen_k, s.mn, s.mx);
+    if (seg_ranges() && c0 < p.seqlen_k) {
+      const int32_t* rng =
+          p.kv_segment_ranges + int64_t(batch) * ((p.seqlen_k + kSegBlock - 1) / kSegBlock) * 2;
+      seg_range(rng, c0, n, p.seqlen_k, s.mn, s.mx);
+    }
     return s;
   }
   __device__ __forceinline__ static bool disjoint(const SegRange& a, const SegRange& b) {
@@ -155,23 +158,25 @@ struct Variant {
   __device__ __forceinline__ bool tile_needs_mask(int r0, int BM, int c0, int BN,
                                                   const SegRange& qr, const SegRange& kr) const {
     if (c0 + BN > kv_len || r0 + BM > q_len) return true;
-    if (right >= 0 && int64_t(c0) + BN - 1 > last_key(r0)) return true;
-    if (left >= 0 && int64_t(c0) < first_key(int64_t(r0) + BM - 1)) return true;
-    if (qseg && !same_single(qr, kr)) return true;
+    if (right() >= 0 && int64_t(c0) + BN - 1 > last_key(r0)) return true;
+    if (left() >= 0 && int64_t(c0) < first_key(int64_t(r0) + BM - 1)) return true;
+    if (segments() && !same_single(qr, kr)) return true;
     return false;
   }
 
   // ---- element-wise ----
   __device__ __forceinline__ int q_segment(int row) const {
-    return (qseg && row < seqlen_q) ? int(qseg[row]) : 0;
+    return (segments() && row < p.seqlen_q)
+               ? int(p.q_segment_ids[int64_t(batch) * p.seqlen_q + row])
+               : 0;
   }
   // Whether row (with segment id qid) sees key col.
   __device__ __forceinline__ bool visible(int row, int col, int qid) const {
     if (row >= q_len || col >= kv_len) return false;
     const int64_t pos = int64_t(row) + offset;
-    if (right >= 0 && int64_t(col) > pos + right) return false;
-    if (left >= 0 && int64_t(col) < pos - left) return false;
-    if (qseg && int(kseg[col]) != qid) return false;
+    if (right() >= 0 && int64_t(col) > pos + right()) return false;
+    if (left() >= 0 && int64_t(col) < pos - left()) return false;
+    if (segments() && int(p.kv_segment_ids[int64_t(batch) * p.seqlen_k + col]) != qid) return false;
     return true;
   }
 
@@ -179,7 +184,7 @@ struct Variant {
   // kernels compute logits element by element; otherwise they keep the plain
   // kernels' raw scores with the scale fused into exp2.
   __device__ __forceinline__ bool transforms_logits() const {
-    return softcap > 0.f || alibi_log2 != 0.f;
+    return p.softcap > 0.f || alibi_log2 != 0.f;
   }
 
   // Raw q.k -> logit in log2 units (scale, soft-cap, ALiBi). dtanh gets
@@ -188,9 +193,9 @@ struct Variant {
                                               float& dtanh) const {
     float s = qk * scale;
     dtanh = 1.f;
-    if (softcap > 0.f) {
+    if (p.softcap > 0.f) {
       const float t = tanhf(s * inv_softcap);
-      s = softcap * t;
+      s = p.softcap * t;
       dtanh = 1.f - t * t;
     }
     s *= 1.4426950408889634f;
