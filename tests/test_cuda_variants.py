@@ -316,4 +316,6 @@ def test_cuda_segments_skip_cross_document_work_exactly():
         gs = vjps(do[:, lo:hi])
         np.testing.assert_allclose(np.asarray(o[:, lo:hi], np.float32), np.asarray(os_, np.float32), atol=2e-2)
         for a, c in zip(g, gs):
-            np.testing.assert_allclose(np.asarray(a[:, lo:hi], np.float32), np.asarray(c, np.float32), atol=5e-2)
+            c = np.asarray(c, np.float32)
+            tol = 2e-2 * max(1.0, float(np.abs(c).max()))  # bf16: different tile alignment, same math
+            np.testing.assert_allclose(np.asarray(a[:, lo:hi], np.float32), c, atol=tol)
