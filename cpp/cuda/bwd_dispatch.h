@@ -21,6 +21,10 @@ struct BwdLaunchFlags {
 template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream);
 
+// Same with the generic variants kernels (params.plain_mask() is false).
+template <DType kDType, int kHeadDim>
+cudaError_t run_bwd_var_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream);
+
 // Workspace: [dsum: B*Hq*Sq floats][dq accumulator: B*Hq*Sq*kHeadDim floats,
 // atomic mode only], each part 256 B aligned.
 inline size_t bwd_align256(size_t n) { return (n + 255) & ~size_t(255); }

@@ -10,8 +10,14 @@
 #include <cmath>
 
 #include "bwd_common.cuh"
+#include "cuda/variants.cuh"
 
 namespace jax_flash::cuda::bwd {
+
+// No variants: an empty stand-in for cuda::Variant.
+struct NoVariantBwd {
+  __device__ __forceinline__ NoVariantBwd(const FwdParams&, int, int) {}
+};
 
 // ---------------------------------------------------------------------------
 // One warp per (batch, head, query row).
@@ -112,6 +118,66 @@ __device__ __forceinline__ float lse_to_log2(float l) {
   return l == -INFINITY ? INFINITY : l * kLog2e;
 }
 
+// Variants: raw S = Q K^T and raw dP = dO V^T (both fp32, in place) ->
+//   s  <- P~ = keep * P / (1 - rate)  (P itself without dropout), for dV
+//   dp <- dS = P * (keep * dP / (1 - rate) - D) * (1 - tanh^2)   (soft-cap)
+// where P = exp2(logit2 - lse2) on visible elements, 0 elsewhere. dQ and dK
+// are scale * dS K and scale * dS^T Q (the scale is applied by the caller).
+// kTransform: soft-cap / ALiBi present (logits element by element); else the
+// plain kernels' exp2(S * scale_log2 - lse2).
+template <bool kTransform, class Acc, class AccdP, class Coords, class Lse2, class Dsum, class Qid>
+__device__ __forceinline__ void variant_probs_dscores(Acc& s, AccdP& dp, Coords const& cs,
+                                                      const Variant& var, float scale,
+                                                      float scale_log2, bool mask,
+                                                      int row0, int col0, Lse2 const& lse2,
+                                                      Dsum const& dsum, Qid const& qid) {
+  Tensor srr = make_tensor(s.data(), rowcol(s.layout()));
+  Tensor drr = make_tensor(dp.data(), rowcol(dp.layout()));
+  Tensor crr = make_tensor(cs.data(), rowcol(cs.layout()));
+  // Row-col rows 2m, 2m + 1 are rows r, r + 8 of one MMA tile (keep_quad).
+  CUTE_UNROLL
+  for (int mi = 0; mi < size<0>(srr); mi += 2) {
+    int row[2], id[2];
+    float l2[2], d[2];
+    CUTE_UNROLL
+    for (int e = 0; e < 2; ++e) {
+      const int r = get<0>(crr(mi + e, 0));
+      row[e] = row0 + r;
+      l2[e] = lse2(mi + e, r);
+      d[e] = dsum(mi + e, r);
+      id[e] = mask ? qid(mi + e, row[e]) : 0;
+    }
+    CUTE_UNROLL
+    for (int ni = 0; ni < size<1>(srr); ni += 2) {
+      const int col = col0 + get<1>(crr(mi, ni));
+      bool k[4] = {true, true, true, true};
+      if (var.dropout()) var.keep_quad(row[0], row[1], col, k);
+      CUTE_UNROLL
+      for (int e = 0; e < 4; ++e) {
+        const int er = e >> 1, ec = e & 1;
+        float& sv = srr(mi + er, ni + ec);
+        float& dv = drr(mi + er, ni + ec);
+        float dt = 1.f;
+        float l;
+        if constexpr (kTransform) {
+          l = var.logit_log2(sv, scale, row[er], col + ec, dt);
+        } else {
+          l = sv * scale_log2;
+        }
+        const bool vis = !mask || var.visible(row[er], col + ec, id[er]);
+        const float pr = vis ? exp2f(l - l2[er]) : 0.f;
+        float dpv = dv, pd = pr;
+        if (var.dropout()) {
+          dpv = k[e] ? dpv * var.keep_scale : 0.f;
+          pd = k[e] ? pr * var.keep_scale : 0.f;
+        }
+        sv = pd;
+        dv = kTransform ? pr * (dpv - d[er]) * dt : pr * (dpv - d[er]);
+      }
+    }
+  }
+}
+
 // Write an fp32 accumulator tile as Element pairs into swizzled smem.
 template <class Element, class Acc, class Coords, class SLayout>
 __device__ __forceinline__ void acc_to_smem(Acc const& acc, Coords const& cs, Element* smem,
@@ -125,9 +191,9 @@ __device__ __forceinline__ void acc_to_smem(Acc const& acc, Coords const& cs, El
 
 // ---------------------------------------------------------------------------
 // dK/dV (and, with kAtomicDq, the dQ partial sums) for one key tile.
-template <class Cfg, bool kAtomicDq>
+template <class Cfg, bool kAtomicDq, bool kVariants = false>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
-bwd_dkdv_kernel(const BwdParams p, const float* __restrict__ dsum, float* __restrict__ dq_accum,
+bwd_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restrict__ dsum, float* __restrict__ dq_accum,
                 const bool vec_ok, const bool pair_ok) {
   using Element = typename Cfg::Element;
   constexpr int M = Cfg::kBlockM, N = Cfg::kBlockN, D = Cfg::kHeadDim, T = Cfg::kThreads;
@@ -150,10 +216,32 @@ bwd_dkdv_kernel(const BwdParams p, const float* __restrict__ dsum, float* __rest
   const int Sq = p.seqlen_q, Sk = p.seqlen_k, hd = p.head_dim;
   const int group = p.heads_q / p.heads_kv;
   const int n0 = nb * N;
-  const int m_begin = p.causal ? n0 / M : 0;
-  const int m_end = (Sq + M - 1) / M;
+  int m_begin = p.causal ? n0 / M : 0;
+  int m_end = (Sq + M - 1) / M;
+  using VarT = std::conditional_t<kVariants, Variant, NoVariantBwd>;
+  VarT var(p, b, hkv * group);
+  [[maybe_unused]] Variant::SegRange k_rng;
+  if constexpr (kVariants) {
+    var.template query_tiles<M>(n0, n0 + N - 1, m_begin, m_end);
+    k_rng = var.k_range(n0, N);
+  }
   const int nm = m_end > m_begin ? m_end - m_begin : 0;
   const int total = group * nm;
+  // Next (q head, query tile) iteration after `it`, skipping query tiles
+  // whose segment ids cannot meet this key tile's; rng gets the tile's range.
+  [[maybe_unused]] Variant::SegRange q_rng_cur, q_rng_next;
+  auto next_it = [&](int it, Variant::SegRange& rng) {
+    ++it;
+    if constexpr (kVariants) {
+      if (var.segments()) {
+        for (; it < total; ++it) {
+          rng = var.q_range((m_begin + it % nm) * M, M);
+          if (!Variant::disjoint(rng, k_rng)) break;
+        }
+      }
+    }
+    return it;
+  };
 
   const Element* q = static_cast<const Element*>(p.q);
   const Element* dout = static_cast<const Element*>(p.dout);
@@ -185,7 +273,8 @@ bwd_dkdv_kernel(const BwdParams p, const float* __restrict__ dsum, float* __rest
       cp_async4(sDsum + st * M + r, dsum + (valid ? row_base + r : 0), valid);
     }
   };
-  if (total > 0) issue(0, 0);
+  int it = next_it(-1, q_rng_cur);
+  if (it < total) issue(it, 0);
   cp_async_commit();
 
   // MMAs, copies and register fragments.
@@ -248,13 +337,13 @@ bwd_dkdv_kernel(const BwdParams p, const float* __restrict__ dsum, float* __rest
 
   const float scale_log2 = p.scale * kLog2e;
 
-  for (int it = 0; it < total; ++it) {
-    const int st = it & 1;
+  for (int st = 0; it < total; st ^= 1) {
     const int h = hkv * group + it / nm;
     const int m0 = (m_begin + it % nm) * M;
+    const int it_next = next_it(it, q_rng_next);
     cp_async_wait_all();
     __syncthreads();
-    if (it + 1 < total) issue(it + 1, st ^ 1);
+    if (it_next < total) issue(it_next, st ^ 1);
     cp_async_commit();
 
     Tensor sQ = make_tensor(make_smem_ptr(sQ_ptr + st * TQ::kElems), typename TQ::Layout{});
@@ -269,16 +358,33 @@ bwd_dkdv_kernel(const BwdParams p, const float* __restrict__ dsum, float* __rest
     clear(acc_s);
     gemm_ss(mma_sdp, acc_s, tSrQ, tSrK, tcA_sdp.partition_S(sQ), tSsK, cpA_sdp, cpB_sdp, tcA_sdp,
             tcB_sdp);
-    const bool mask = (p.causal && m0 < n0 + N - 1) || (n0 + N > Sk);
-    scores_to_probs(acc_s, cS, [&](int, int r) { return lse_to_log2(lse_st[r]); }, scale_log2, mask,
-                    p.causal, m0, n0, Sk);
-
-    // dP = dO V^T -> dS = P (dP - D).
     Tensor acc_dp = partition_fragment_C(mma_sdp, Shape<Int<M>, Int<N>>{});
     clear(acc_dp);
-    gemm_ss(mma_sdp, acc_dp, tSrdO, tSrV, tcA_sdp.partition_S(sdO), tSsV, cpA_sdp, cpB_sdp,
-            tcA_sdp, tcB_sdp);
-    probs_to_dscores(acc_s, acc_dp, cS, [&](int, int r) { return dsum_st[r]; });
+    if constexpr (kVariants) {
+      // dP = dO V^T first, then P, dropout, dS and the soft-cap factor in one pass.
+      var.set_head(h);
+      gemm_ss(mma_sdp, acc_dp, tSrdO, tSrV, tcA_sdp.partition_S(sdO), tSsV, cpA_sdp, cpB_sdp,
+              tcA_sdp, tcB_sdp);
+      const bool mask = var.tile_needs_mask(m0, M, n0, N, q_rng_cur, k_rng);
+      auto lse_f = [&](int, int r) { return lse_to_log2(lse_st[r]); };
+      auto dsum_f = [&](int, int r) { return dsum_st[r]; };
+      auto qid_f = [&](int, int row) { return var.q_segment(row); };
+      if (var.transforms_logits())
+        variant_probs_dscores<true>(acc_s, acc_dp, cS, var, p.scale, scale_log2, mask, m0, n0,
+                                    lse_f, dsum_f, qid_f);
+      else
+        variant_probs_dscores<false>(acc_s, acc_dp, cS, var, p.scale, scale_log2, mask, m0, n0,
+                                     lse_f, dsum_f, qid_f);
+    } else {
+      const bool mask = (p.causal && m0 < n0 + N - 1) || (n0 + N > Sk);
+      scores_to_probs(acc_s, cS, [&](int, int r) { return lse_to_log2(lse_st[r]); }, scale_log2,
+                      mask, p.causal, m0, n0, Sk);
+
+      // dP = dO V^T -> dS = P (dP - D).
+      gemm_ss(mma_sdp, acc_dp, tSrdO, tSrV, tcA_sdp.partition_S(sdO), tSsV, cpA_sdp, cpB_sdp,
+              tcA_sdp, tcB_sdp);
+      probs_to_dscores(acc_s, acc_dp, cS, [&](int, int r) { return dsum_st[r]; });
+    }
 
     acc_to_smem(acc_s, cS, sP_ptr, typename TP::Layout{});
     acc_to_smem(acc_dp, cS, sdS_ptr, typename TP::Layout{});
@@ -290,7 +396,9 @@ bwd_dkdv_kernel(const BwdParams p, const float* __restrict__ dsum, float* __rest
     gemm_ss(mma_dkv, acc_dk, tdKrdSt, tdKrQt, tdKsdSt, tcB_dkv.partition_S(sQt), cpA_dkv, cpB_dkv,
             tcA_dkv, tcB_dkv);
 
-    if constexpr (kAtomicDq) {
+    // The variants kernel serves both modes (one instantiation: build time);
+    // deterministic mode passes no accumulator.
+    if (kAtomicDq && (!kVariants || dq_accum != nullptr)) {
       // dQ (unscaled) += dS K, fp32 atomics into [b, h, row, D].
       Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<M>, Int<D>>{});
       clear(acc_dq);
@@ -310,6 +418,8 @@ bwd_dkdv_kernel(const BwdParams p, const float* __restrict__ dsum, float* __rest
         }
       }
     }
+    it = it_next;
+    if constexpr (kVariants) q_rng_cur = q_rng_next;
   }
 
   cp_async_wait_all();  // nothing in flight at exit (no iterations: K, V)
@@ -326,9 +436,9 @@ bwd_dkdv_kernel(const BwdParams p, const float* __restrict__ dsum, float* __rest
 // ---------------------------------------------------------------------------
 // Deterministic dQ for one query tile: loops over the key tiles, dS stays in
 // registers as the A operand of dQ += dS K. Writes dq directly.
-template <class Cfg>
+template <class Cfg, bool kVariants = false>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
-bwd_dq_kernel(const BwdParams p, const float* __restrict__ dsum, const bool vec_ok,
+bwd_dq_kernel(const __grid_constant__ BwdParams p, const float* __restrict__ dsum, const bool vec_ok,
               const bool pair_ok) {
   using Element = typename Cfg::Element;
   constexpr int M = Cfg::kBlockM, N = Cfg::kBlockN, D = Cfg::kHeadDim, T = Cfg::kThreads;
@@ -346,8 +456,31 @@ bwd_dq_kernel(const BwdParams p, const float* __restrict__ dsum, const bool vec_
   const int Sq = p.seqlen_q, Sk = p.seqlen_k, hd = p.head_dim;
   const int hkv = h / (p.heads_q / p.heads_kv);
   const int m0 = mb * M;
+  int n_begin = 0;
   int n_end = (Sk + N - 1) / N;
   if (p.causal) n_end = min(n_end, (min(m0 + M, Sq) + N - 1) / N);
+  using VarT = std::conditional_t<kVariants, Variant, NoVariantBwd>;
+  const VarT var(p, b, h);
+  [[maybe_unused]] Variant::SegRange q_rng;
+  if constexpr (kVariants) {
+    var.template key_tiles<N>(m0, m0 + M - 1, n_begin, n_end);
+    q_rng = var.q_range(m0, M);
+  }
+  // Next key tile after n, skipping tiles whose segment ids cannot match;
+  // rng gets the tile's range.
+  [[maybe_unused]] Variant::SegRange k_rng_cur, k_rng_next;
+  auto next_n = [&](int n, Variant::SegRange& rng) {
+    ++n;
+    if constexpr (kVariants) {
+      if (var.segments()) {
+        for (; n < n_end; ++n) {
+          rng = var.k_range(n * N, N);
+          if (!Variant::disjoint(q_rng, rng)) break;
+        }
+      }
+    }
+    return n;
+  };
 
   {
     const Element* qg = static_cast<const Element*>(p.q) + b * p.q_batch_stride +
@@ -371,7 +504,8 @@ bwd_dq_kernel(const BwdParams p, const float* __restrict__ dsum, const bool vec_
                        vbase + int64_t(n0) * p.v_row_stride, p.v_row_stride, Sk - n0, hd, vec_ok,
                        tid);
   };
-  if (n_end > 0) issue(0, 0);
+  int n = next_n(n_begin - 1, k_rng_cur);
+  if (n < n_end) issue(n, 0);
   cp_async_commit();
 
   typename Cfg::Mma mma;
@@ -402,23 +536,25 @@ bwd_dq_kernel(const BwdParams p, const float* __restrict__ dsum, const bool vec_
   Tensor crr = make_tensor(cS.data(), rowcol(cS.layout()));
   constexpr int kRows = decltype(size<0>(crr))::value;
   float lse2[kRows], dsr[kRows];
+  [[maybe_unused]] int qids[kRows];
   CUTE_UNROLL
   for (int i = 0; i < kRows; ++i) {
     const int row = m0 + get<0>(crr(i, 0));
     const int64_t idx = (int64_t(b) * p.heads_q + h) * Sq + row;
     lse2[i] = row < Sq ? lse_to_log2(p.lse[idx]) : INFINITY;
     dsr[i] = row < Sq ? dsum[idx] : 0.f;
+    if constexpr (kVariants) qids[i] = var.q_segment(row);
   }
   Tensor acc_dq = partition_fragment_C(mma, Shape<Int<M>, Int<D>>{});
   clear(acc_dq);
   const float scale_log2 = p.scale * kLog2e;
 
-  for (int n = 0; n < n_end; ++n) {
-    const int st = n & 1;
+  for (int st = 0; n < n_end; st ^= 1) {
     const int n0 = n * N;
+    const int n_nxt = next_n(n, k_rng_next);
     cp_async_wait_all();
     __syncthreads();
-    if (n + 1 < n_end) issue(n + 1, st ^ 1);
+    if (n_nxt < n_end) issue(n_nxt, st ^ 1);
     cp_async_commit();
 
     Tensor sK = make_tensor(make_smem_ptr(sK_ptr + st * TK::kElems), typename TK::Layout{});
@@ -428,18 +564,34 @@ bwd_dq_kernel(const BwdParams p, const float* __restrict__ dsum, const bool vec_
     Tensor acc_s = partition_fragment_C(mma, Shape<Int<M>, Int<N>>{});
     clear(acc_s);
     gemm_ss(mma, acc_s, tSrQ, tSrK, tSsQ, tcB.partition_S(sK), cpA, cpB, tcA, tcB);
-    const bool mask = (p.causal && n0 + N - 1 > m0) || (n0 + N > Sk);
-    scores_to_probs(acc_s, cS, [&](int i, int) { return lse2[i]; }, scale_log2, mask,
-                    p.causal, m0, n0, Sk);
-
     Tensor acc_dp = partition_fragment_C(mma, Shape<Int<M>, Int<N>>{});
     clear(acc_dp);
-    gemm_ss(mma, acc_dp, tSrdO, tSrV, tSsdO, tcB.partition_S(sV), cpA, cpB, tcA, tcB);
-    probs_to_dscores(acc_s, acc_dp, cS, [&](int i, int) { return dsr[i]; });
+    if constexpr (kVariants) {
+      gemm_ss(mma, acc_dp, tSrdO, tSrV, tSsdO, tcB.partition_S(sV), cpA, cpB, tcA, tcB);
+      const bool mask = var.tile_needs_mask(m0, M, n0, N, q_rng, k_rng_cur);
+      auto lse_f = [&](int i, int) { return lse2[i]; };
+      auto dsum_f = [&](int i, int) { return dsr[i]; };
+      auto qid_f = [&](int i, int) { return qids[i]; };
+      if (var.transforms_logits())
+        variant_probs_dscores<true>(acc_s, acc_dp, cS, var, p.scale, scale_log2, mask, m0, n0,
+                                    lse_f, dsum_f, qid_f);
+      else
+        variant_probs_dscores<false>(acc_s, acc_dp, cS, var, p.scale, scale_log2, mask, m0, n0,
+                                     lse_f, dsum_f, qid_f);
+    } else {
+      const bool mask = (p.causal && n0 + N - 1 > m0) || (n0 + N > Sk);
+      scores_to_probs(acc_s, cS, [&](int i, int) { return lse2[i]; }, scale_log2, mask,
+                      p.causal, m0, n0, Sk);
+
+      gemm_ss(mma, acc_dp, tSrdO, tSrV, tSsdO, tcB.partition_S(sV), cpA, cpB, tcA, tcB);
+      probs_to_dscores(acc_s, acc_dp, cS, [&](int i, int) { return dsr[i]; });
+    }
 
     Tensor rdS = convert_frag<Element>(acc_dp);
     Tensor rdS_a = make_tensor(rdS.data(), acc_as_a(rdS.layout()));
     gemm_rs(mma, acc_dq, rdS_a, tdQrKt, tcBt.partition_S(sKt), cpBt, tcBt);
+    n = n_nxt;
+    if constexpr (kVariants) k_rng_cur = k_rng_next;
   }
 
   cp_async_wait_all();  // nothing in flight at exit (no key tiles: Q, dO)

@@ -41,8 +41,10 @@ BwdLaunchFlags launch_flags(const BwdParams& p) {
 
 template <DType kDType>
 cudaError_t dispatch_bwd(const BwdParams& p, BwdLaunchFlags f, cudaStream_t s) {
+  const bool plain = p.plain_mask();
   return dispatch_head_dim(p.head_dim, [&](auto d) {
-    return run_bwd_hdim<kDType, decltype(d)::value>(p, f, s);
+    return plain ? run_bwd_hdim<kDType, decltype(d)::value>(p, f, s)
+                 : run_bwd_var_hdim<kDType, decltype(d)::value>(p, f, s);
   });
 }
 

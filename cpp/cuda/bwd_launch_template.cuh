@@ -58,7 +58,7 @@ inline int rows_grid(int64_t rows) {
 
 // The whole backward with explicit configurations (the harness may call it
 // with other tiles).
-template <class DkdvCfg, class DqCfg>
+template <class DkdvCfg, class DqCfg, bool kVariants = false>
 cudaError_t launch_bwd(const BwdParams& p, BwdLaunchFlags flags, cudaStream_t stream) {
   using Element = typename DkdvCfg::Element;
   constexpr int D = DkdvCfg::kHeadDim;
@@ -77,14 +77,15 @@ cudaError_t launch_bwd(const BwdParams& p, BwdLaunchFlags flags, cudaStream_t st
     constexpr int smem = int(DkdvCfg::kSmemBytes);
     if (p.deterministic) {
       static std::atomic<unsigned long long> mask{0};
-      auto kernel = &bwd_dkdv_kernel<DkdvCfg, false>;
+      // Variants: the atomic kernel with no accumulator (one instantiation).
+      auto kernel = &bwd_dkdv_kernel<DkdvCfg, kVariants, kVariants>;
       cudaError_t err = opt_in_smem(kernel, smem, mask);
       if (err != cudaSuccess) return err;
       kernel<<<grid, DkdvCfg::kThreads, smem, stream>>>(p, dsum, nullptr, flags.vec_ok,
                                                         flags.pair_ok);
     } else {
       static std::atomic<unsigned long long> mask{0};
-      auto kernel = &bwd_dkdv_kernel<DkdvCfg, true>;
+      auto kernel = &bwd_dkdv_kernel<DkdvCfg, true, kVariants>;
       cudaError_t err = opt_in_smem(kernel, smem, mask);
       if (err != cudaSuccess) return err;
       kernel<<<grid, DkdvCfg::kThreads, smem, stream>>>(p, dsum, accum, flags.vec_ok,
@@ -96,7 +97,7 @@ cudaError_t launch_bwd(const BwdParams& p, BwdLaunchFlags flags, cudaStream_t st
       const dim3 grid((p.seqlen_q + DqCfg::kBlockM - 1) / DqCfg::kBlockM, p.heads_q, p.batch);
       constexpr int smem = int(DqCfg::kSmemBytes);
       static std::atomic<unsigned long long> mask{0};
-      auto kernel = &bwd_dq_kernel<DqCfg>;
+      auto kernel = &bwd_dq_kernel<DqCfg, kVariants>;
       cudaError_t err = opt_in_smem(kernel, smem, mask);
       if (err != cudaSuccess) return err;
       kernel<<<grid, DqCfg::kThreads, smem, stream>>>(p, dsum, flags.vec_ok, flags.pair_ok);
@@ -115,7 +116,30 @@ cudaError_t run_bwd_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStre
       params, flags, stream);
 }
 
+namespace bwd {
+// Variants dK/dV tile: at head dims 96 and 128 the plain 64 x 128 tile sits at 255
+// registers and the variant state pushes it into heavy spills (~450 B at d128,
+// ptxas sm_90a), so the variants kernel takes 64-key tiles there (as d160+ do).
+template <int D, DType kDType>
+using VariantDkdv = std::conditional_t<
+    D == 96 || D == 128,
+    DkdvConfig<ElementOf<kDType>, D, BwdTile<D>::kM, 64, BwdTile<D>::kW, BwdTile<D>::kS,
+               BwdTile<D>::kKV, BwdTile<D>::kQ>,
+    DefaultDkdv<D, kDType>>;
+}  // namespace bwd
+
+// The generic variants kernels (own build unit: instantiations/bwd_var_*.cu).
+template <DType kDType, int kHeadDim>
+cudaError_t run_bwd_var_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream) {
+  return bwd::launch_bwd<bwd::VariantDkdv<kHeadDim, kDType>, bwd::DefaultDq<kHeadDim, kDType>, true>(
+      params, flags, stream);
+}
+
 }  // namespace jax_flash::cuda
+
+#define JAX_FLASH_INSTANTIATE_BWD_VARIANTS(DTYPE, HDIM)                                      \
+  template cudaError_t jax_flash::cuda::run_bwd_var_hdim<jax_flash::DType::DTYPE, HDIM>(      \
+      const jax_flash::BwdParams&, jax_flash::cuda::BwdLaunchFlags, cudaStream_t);
 
 #define JAX_FLASH_INSTANTIATE_BWD(DTYPE, HDIM)                                               \
   template cudaError_t jax_flash::cuda::run_bwd_hdim<jax_flash::DType::DTYPE, HDIM>(          \

@@ -12,4 +12,8 @@ namespace jax_flash::cuda {
 template <DType kDType, int kHeadDim>
 cudaError_t run_fwd_hdim(const FwdParams& params, bool vec_ok, cudaStream_t stream);
 
+// Same with the generic variants kernel (params.plain_mask() is false).
+template <DType kDType, int kHeadDim>
+cudaError_t run_fwd_var_hdim(const FwdParams& params, bool vec_ok, cudaStream_t stream);
+
 }  // namespace jax_flash::cuda

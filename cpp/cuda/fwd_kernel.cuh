@@ -16,6 +16,7 @@
 #include "cuda/mask.cuh"
 #include "cuda/softmax.cuh"
 #include "cuda/utils.cuh"
+#include "cuda/variants.cuh"
 #include "params.h"
 
 namespace jax_flash::cuda::fwd {
@@ -23,11 +24,22 @@ namespace jax_flash::cuda::fwd {
 struct FwdArgs {
   FwdParams p;
   float scale_log2;  // scale * log2(e)
+  bool vec;          // variants kernel: 16 B vector copies legal (run-time kVec)
+};
+
+// No variants: an empty stand-in for cuda::Variant.
+struct NoVariant {
+  __device__ __forceinline__ NoVariant(const FwdParams&, int, int) {}
 };
 
 // kVec: 16 B vector access is legal for every row of q, k, v, o (aligned
 // pointers and strides, head_dim % 8 == 0); otherwise element-wise copies.
-template <class Traits, bool kVec>
+// The variants kernel ignores kVec and reads args.vec (one instantiation
+// per head dim and dtype instead of two: build time).
+// kVariants: the generic variants kernel (cuda::Variant policy, run-time
+// branches on which FwdParams variant fields are set); false = plain
+// causal/full attention, the variant code compiled out.
+template <class Traits, bool kVec, bool kVariants = false>
 __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(const __grid_constant__ FwdArgs args) {
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM;
@@ -47,11 +59,43 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(const __grid_
   const int rows_left = p.seqlen_q - row0;
   const int head_dim = p.head_dim;
 
-  int n_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
-  if (p.causal) {
-    const int last_row = min(row0 + kBlockM, p.seqlen_q);  // exclusive
-    n_blocks = min(n_blocks, (last_row + kBlockN - 1) / kBlockN);
+  using VarT = std::conditional_t<kVariants, Variant, NoVariant>;
+  const VarT var(p, batch, head);
+
+  // Key tiles visited: n_first down to n_stop (inclusive), skipping tiles
+  // whose segment ids cannot match (variants).
+  int n_first, n_stop = 0;
+  [[maybe_unused]] Variant::SegRange q_rng;
+  if constexpr (kVariants) {
+    int lo, hi;
+    var.template key_tiles<kBlockN>(row0, row0 + kBlockM - 1, lo, hi);
+    n_stop = lo;
+    n_first = hi;  // stepped down below
+    q_rng = var.q_range(row0, kBlockM);
+  } else {
+    int n_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
+    if (p.causal) {
+      const int last_row = min(row0 + kBlockM, p.seqlen_q);  // exclusive
+      n_blocks = min(n_blocks, (last_row + kBlockN - 1) / kBlockN);
+    }
+    n_first = n_blocks - 1;
   }
+  // Next key tile to visit below n (n_stop - 1 when none); k_rng gets its
+  // segment id range (segments only).
+  [[maybe_unused]] Variant::SegRange k_rng, k_rng_next;
+  auto prev_tile = [&](int n, Variant::SegRange& rng) {
+    --n;
+    if constexpr (kVariants) {
+      if (var.segments()) {
+        for (; n >= n_stop; --n) {
+          rng = var.k_range(n * kBlockN, kBlockN);
+          if (!Variant::disjoint(q_rng, rng)) break;
+        }
+      }
+    }
+    return n;
+  };
+  if constexpr (kVariants) n_first = prev_tile(n_first, k_rng);
 
   // ---- global tensors (BTNH, int64 strides) ----
   const Element* q_ptr = static_cast<const Element*>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride;
@@ -87,6 +131,18 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(const __grid_
   Tensor tQc = gthr.partition_S(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
   Tensor tKVc = gthr.partition_S(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
 
+  // gmem -> smem tile copy: vector path fixed at compile time (plain) or
+  // chosen at run time (variants).
+  auto load = [&](auto const& src, auto&& dst, auto const& coord, int max_row, auto check_rows) {
+    constexpr bool kCheck = decltype(check_rows)::value;
+    if constexpr (!kVariants) {
+      load_tile<kVec, kCheck>(gcopy, src, dst, coord, max_row, head_dim);
+    } else {
+      if (args.vec) load_tile<true, kCheck>(gcopy, src, dst, coord, max_row, head_dim);
+      else load_tile<false, kCheck>(gcopy, src, dst, coord, max_row, head_dim);
+    }
+  };
+
   // ---- MMA partitions ----
   typename Traits::TiledMma mma;
   auto thr_mma = mma.get_thread_slice(tid);
@@ -111,53 +167,132 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(const __grid_
 
   // Scores stay raw and the scale is fused into exp2 (one FFMA per score);
   // a non-positive scale would flip the max, so such scores are pre-scaled.
-  const bool pre_scale = !(args.scale_log2 > 0.f);
-  const float scale_log2 = pre_scale ? 1.f : args.scale_log2;
+  // Variants that change logits (soft-cap, ALiBi) turn the scores into logits
+  // in log2 units element by element instead; the masks-only variants keep
+  // the plain kernel's fused path.
+  bool transform = false;
+  if constexpr (kVariants) transform = var.transforms_logits();
+  const bool pre_scale = !transform && !(args.scale_log2 > 0.f);
+  const float scale_log2 = (transform || pre_scale) ? 1.f : args.scale_log2;
 
-  int n_block = n_blocks - 1;
-  if (n_block >= 0) {
-    load_tile<kVec, true>(gcopy, tQg, tQs, tQc, rows_left, head_dim);
-    load_tile<kVec, true>(gcopy, tKg(_, _, _, n_block), tKs, tKVc, p.seqlen_k - n_block * kBlockN, head_dim);
+  Tensor tSc_rc = make_tensor(tSc.data(), acc_rowcol_layout(tSc.layout()));
+  [[maybe_unused]] int q_ids[kRows];
+  if constexpr (kVariants) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) q_ids[r] = var.q_segment(row0 + get<0>(tSc_rc(r, 0)));
+  }
+
+  int n_block = n_first;
+  if (n_block >= n_stop) {
+    load(tQg, tQs, tQc, rows_left, std::true_type{});
+    load(tKg(_, _, _, n_block), tKs, tKVc, p.seqlen_k - n_block * kBlockN, std::true_type{});
     cp_async_fence();
   }
 
   // One K/V tile per iteration; the mask only where the tile crosses the key
   // end or the causal diagonal. Only the last key tile (the first visited)
   // can be partial, so K prefetches load unchecked rows.
-  for (; n_block >= 0; --n_block) {
-    const bool need_mask = tile_needs_mask<kBlockM, kBlockN>(row0, n_block * kBlockN, p.seqlen_k, p.causal);
+  for (; n_block >= n_stop;) {
+    const int col0 = n_block * kBlockN;
+    bool need_mask;
+    if constexpr (kVariants) {
+      need_mask = var.tile_needs_mask(row0, kBlockM, col0, kBlockN, q_rng, k_rng);
+    } else {
+      need_mask = tile_needs_mask<kBlockM, kBlockN>(row0, col0, p.seqlen_k, p.causal);
+    }
     Tensor acc_s = partition_fragment_C(mma, Shape<Int<kBlockM>, Int<kBlockN>>{});
     clear(acc_s);
     cp_async_wait<0>();
     __syncthreads();  // K(n) landed; everyone is done with V(n+1)
-    load_tile<kVec, true>(gcopy, tVg(_, _, _, n_block), tVs, tKVc, p.seqlen_k - n_block * kBlockN, head_dim);
+    load(tVg(_, _, _, n_block), tVs, tKVc, p.seqlen_k - n_block * kBlockN, std::true_type{});
     cp_async_fence();
 
     gemm_smem_smem(acc_s, rQ, rK, sQ_part, sK_part, mma, s2r_q, s2r_k, tid);
+    // After the MMAs are issued: the segment range loads overlap them.
+    const int n_next = prev_tile(n_block, k_rng_next);
 
     if (pre_scale) {
 #pragma unroll
       for (int i = 0; i < size(acc_s); ++i) acc_s(i) *= args.scale_log2;
     }
-    if (need_mask) apply_mask(acc_s, tSc, row0, n_block * kBlockN, p.seqlen_k, p.causal);
+    if constexpr (kVariants) {
+      Tensor s_rc = make_tensor(acc_s.data(), acc_rowcol_layout(acc_s.layout()));
+      if (transform) {
+        // Raw scores -> logits (log2 units) with scale, soft-cap, ALiBi; masks.
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          const int row = row0 + get<0>(tSc_rc(r, 0));
+#pragma unroll
+          for (int c = 0; c < size<1>(s_rc); ++c) {
+            const int col = col0 + get<1>(tSc_rc(r, c));
+            float dt;
+            const float l = var.logit_log2(s_rc(r, c), p.scale, row, col, dt);
+            s_rc(r, c) = (!need_mask || var.visible(row, col, q_ids[r])) ? l : -INFINITY;
+          }
+        }
+      } else if (need_mask) {
+        // Masks only (band, lengths, segments): raw scores, as the plain kernel.
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          const int row = row0 + get<0>(tSc_rc(r, 0));
+#pragma unroll
+          for (int c = 0; c < size<1>(s_rc); ++c) {
+            if (!var.visible(row, col0 + get<1>(tSc_rc(r, c)), q_ids[r])) s_rc(r, c) = -INFINITY;
+          }
+        }
+      }
+    } else {
+      if (need_mask) apply_mask(acc_s, tSc, row0, col0, p.seqlen_k, p.causal);
+    }
 
     cp_async_wait<0>();
     __syncthreads();  // V(n) landed; everyone is done with K(n)
-    if (n_block > 0) {
-      load_tile<kVec, false>(gcopy, tKg(_, _, _, n_block - 1), tKs, tKVc, kBlockN, head_dim);
+    if (n_next >= n_stop) {
+      load(tKg(_, _, _, n_next), tKs, tKVc, kBlockN, std::false_type{});
       cp_async_fence();
     }
 
     softmax.update(acc_s, acc_o, scale_log2);
 
+    if constexpr (kVariants) {
+      // Dropout of P (the row sums above stay undropped); 1/(1-rate) at the end.
+      if (var.dropout()) {
+        // Rows 2m, 2m + 1 of the row-col view are rows r and r + 8 of one
+        // MMA tile; columns 2n, 2n + 1 a column pair (see keep_quad).
+        Tensor s_rc = make_tensor(acc_s.data(), acc_rowcol_layout(acc_s.layout()));
+#pragma unroll
+        for (int r = 0; r < kRows; r += 2) {
+          const int row_lo = row0 + get<0>(tSc_rc(r, 0));
+          const int row_hi = row0 + get<0>(tSc_rc(r + 1, 0));
+#pragma unroll
+          for (int c = 0; c < size<1>(s_rc); c += 2) {
+            bool k[4];
+            var.keep_quad(row_lo, row_hi, col0 + get<1>(tSc_rc(r, c)), k);
+            if (!k[0]) s_rc(r, c) = 0.f;
+            if (!k[1]) s_rc(r, c + 1) = 0.f;
+            if (!k[2]) s_rc(r + 1, c) = 0.f;
+            if (!k[3]) s_rc(r + 1, c + 1) = 0.f;
+          }
+        }
+      }
+    }
+
     Tensor rP = convert_regs<Element>(acc_s);
     Tensor rP_a = make_tensor(rP.data(), acc_as_a_layout(rP.layout()));
     gemm_reg_smem(acc_o, rP_a, rVt, sVt_part, mma, s2r_v, tid);
+    n_block = n_next;
+    if constexpr (kVariants) k_rng = k_rng_next;
   }
 
   // ---- epilogue ----
   float lse[kRows];
   softmax.finalize(acc_o, lse, scale_log2);
+  if constexpr (kVariants) {
+    if (var.dropout()) {
+#pragma unroll
+      for (int i = 0; i < size(acc_o); ++i) acc_o(i) *= var.keep_scale;
+    }
+  }
 
   cp_async_wait<0>();
   __syncthreads();  // (no key tile case: Q copy never waited on)
@@ -171,7 +306,6 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(const __grid_
   cute::copy(r2s, rO_view, sO_part);
 
   // LSE: lane % 4 == 0 owns column 0 of its rows.
-  Tensor tSc_rc = make_tensor(tSc.data(), acc_rowcol_layout(tSc.layout()));
   if (get<1>(tSc_rc(0, 0)) == 0) {
     float* lse_row = p.lse + (int64_t(batch) * p.heads_q + head) * int64_t(p.seqlen_q);
 #pragma unroll
@@ -189,7 +323,12 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(const __grid_
   Tensor tOr = make_tensor<Element>(shape(tOg));
   cute::copy(gcopy_o, tOs, tOr);
   Tensor tOc = gthr_o.partition_D(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
-  store_tile<kVec>(gcopy_o, tOr, tOg, tOc, rows_left, head_dim);
+  if constexpr (!kVariants) {
+    store_tile<kVec>(gcopy_o, tOr, tOg, tOc, rows_left, head_dim);
+  } else {
+    if (args.vec) store_tile<true>(gcopy_o, tOr, tOg, tOc, rows_left, head_dim);
+    else store_tile<false>(gcopy_o, tOr, tOg, tOc, rows_left, head_dim);
+  }
 }
 
 }  // namespace jax_flash::cuda::fwd

@@ -29,8 +29,10 @@ bool vector_ok(const FwdParams& p) {
 
 template <DType kDType>
 cudaError_t dispatch_hdim(const FwdParams& p, bool vec, cudaStream_t stream) {
+  const bool plain = p.plain_mask();
   return dispatch_head_dim(p.head_dim, [&](auto d) {
-    return run_fwd_hdim<kDType, decltype(d)::value>(p, vec, stream);
+    return plain ? run_fwd_hdim<kDType, decltype(d)::value>(p, vec, stream)
+                 : run_fwd_var_hdim<kDType, decltype(d)::value>(p, vec, stream);
   });
 }
 

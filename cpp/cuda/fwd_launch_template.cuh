@@ -33,9 +33,9 @@ namespace fwd {
 
 // Launch the forward with an explicit configuration (also used by the
 // standalone harness to compare tile shapes).
-template <class Traits, bool kVec>
-cudaError_t launch_fwd(const FwdParams& params, cudaStream_t stream) {
-  auto kernel = &fwd_kernel<Traits, kVec>;
+template <class Traits, bool kVec, bool kVariants = false>
+cudaError_t launch_fwd(const FwdParams& params, cudaStream_t stream, bool vec = kVec) {
+  auto kernel = &fwd_kernel<Traits, kVec, kVariants>;
   constexpr int kSmem = Traits::kSmemBytes;
 
   if constexpr (kSmem > 48 * 1024) {
@@ -55,6 +55,7 @@ cudaError_t launch_fwd(const FwdParams& params, cudaStream_t stream) {
   FwdArgs args;
   args.p = params;
   args.scale_log2 = params.scale * 1.4426950408889634f;
+  args.vec = vec;
 
   const dim3 grid((params.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, params.heads_q, params.batch);
   kernel<<<grid, Traits::kNThreads, kSmem, stream>>>(args);
@@ -70,8 +71,12 @@ using DefaultTraits = FwdTraits<kHeadDim, FwdTile<kHeadDim>::kM, FwdTile<kHeadDi
 template <DType kDType, int kHeadDim>
 cudaError_t run_fwd_hdim(const FwdParams& params, bool vec_ok, cudaStream_t stream) {
   using Traits = fwd::DefaultTraits<kHeadDim, kDType>;
-  return vec_ok ? fwd::launch_fwd<Traits, true>(params, stream)
-                : fwd::launch_fwd<Traits, false>(params, stream);
+  // The element-wise copy path (head_dim % 8 != 0, unaligned rows) runs on
+  // the variants kernel, whose vector flag is a run-time value: one
+  // instantiation fewer per head dim and dtype (build time); those inputs
+  // are on the slow scalar-copy path either way.
+  if (!vec_ok) return run_fwd_var_hdim<kDType, kHeadDim>(params, false, stream);
+  return fwd::launch_fwd<Traits, true>(params, stream);
 }
 
 }  // namespace jax_flash::cuda

@@ -8,8 +8,38 @@
 
 namespace jax_flash::cuda {
 
-// CMake's JAX_FLASH_CUDA_HEAD_DIMS can restrict the build (quick compile checks).
-#ifdef JAX_FLASH_ONLY_HEAD_DIMS
+// CMake's JAX_FLASH_CUDA_HEAD_DIMS can restrict the build (quick compile checks):
+// -DJAX_FLASH_SELECTED_HEAD_DIMS -DJAX_FLASH_HDIM_64 -DJAX_FLASH_HDIM_128 ...
+// (one flag per head dim: nvcc splits option values at commas, so a
+// comma-separated list in one -D breaks as soon as it names two dims).
+#if defined(JAX_FLASH_SELECTED_HEAD_DIMS)
+inline constexpr int kCompiledHeadDims[] = {
+#ifdef JAX_FLASH_HDIM_32
+    32,
+#endif
+#ifdef JAX_FLASH_HDIM_64
+    64,
+#endif
+#ifdef JAX_FLASH_HDIM_96
+    96,
+#endif
+#ifdef JAX_FLASH_HDIM_128
+    128,
+#endif
+#ifdef JAX_FLASH_HDIM_160
+    160,
+#endif
+#ifdef JAX_FLASH_HDIM_192
+    192,
+#endif
+#ifdef JAX_FLASH_HDIM_224
+    224,
+#endif
+#ifdef JAX_FLASH_HDIM_256
+    256,
+#endif
+    0};  // 0: sentinel, never matches a head dim
+#elif defined(JAX_FLASH_ONLY_HEAD_DIMS)
 inline constexpr int kCompiledHeadDims[] = {JAX_FLASH_ONLY_HEAD_DIMS};
 #else
 inline constexpr int kCompiledHeadDims[] = {32, 64, 96, 128, 160, 192, 224, 256};
@@ -26,7 +56,7 @@ constexpr bool head_dim_compiled() {
 inline int round_head_dim(int head_dim) {
   int best = 0;
   for (int d : kCompiledHeadDims)
-    if (head_dim <= d && (best == 0 || d < best)) best = d;
+    if (d > 0 && head_dim <= d && (best == 0 || d < best)) best = d;
   return best;
 }
 

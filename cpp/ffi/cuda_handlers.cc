@@ -17,10 +17,6 @@ ffi::Error check_supported(const FwdParams& p) {
     return ffi::Error::InvalidArgument(
         "jax_flash on CUDA takes float16 or bfloat16 inputs; cast float32 q/k/v first "
         "(e.g. q.astype(jnp.bfloat16))");
-  if (!p.plain_mask())
-    return ffi::Error::InvalidArgument(
-        "jax_flash: local_window_size, logits_soft_cap and query_offset run on the CPU kernels "
-        "only so far; the CUDA kernels support causal and full attention");
   if (!cuda::supports(p.dtype, p.head_dim))
     return ffi::Error::InvalidArgument("jax_flash: no CUDA kernel for head_dim " +
                                        std::to_string(p.head_dim) + " in this build");

@@ -4,6 +4,8 @@
 //                         atomic and deterministic modes, determinism check
 //   bwd_harness small     one small causal GQA odd-seqlen case (sanitizers)
 //   bwd_harness bench     TFLOP/s at 16k tokens, hidden 2048, bf16
+//   bwd_harness variants [small]   variant cases (variant_ref.h), both
+//                         modes, then variant-vs-plain timings (unless small)
 //
 // O and LSE inputs come from the CPU reference (float64, then rounded), so the
 // backward is checked on its own. Outputs and workspace are poisoned with NaN
@@ -26,6 +28,7 @@
 
 #include "cuda/launch.h"
 #include "params.h"
+#include "variant_ref.h"
 
 using jax_flash::BwdParams;
 using jax_flash::DType;
@@ -396,6 +399,172 @@ static int run_tests() {
   return fails == 0 ? 0 : 1;
 }
 
+// ---------------------------------------------------------------------------
+// Variant cases: O and LSE from the float64 reference, dq/dk/dv of both modes
+// against float64 (tolerance from the naive low-precision reference), exact
+// zeros for padded query rows (dq) and masked-out keys (dk, dv), determinism.
+static int check_variant(const vref::VarCase& c, uint64_t seed) {
+  Shape s{c.B, c.Sq, c.Sk, c.Hq, c.Hkv, c.D, c.causal, c.dt, 0};
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  auto gen = [&](size_t n) {
+    std::vector<float> x(n);
+    for (auto& e : x) e = float(rnd(nd(rng), s.dt));
+    return x;
+  };
+  const size_t nq = size_t(s.B) * s.Sq * s.Hq * s.D, nk = size_t(s.B) * s.Sk * s.Hkv * s.D;
+  auto q = gen(nq), k = gen(nk), v = gen(nk), dout = gen(nq);
+  const vref::VarHost vh = vref::make_host(c, seed * 7 + 1);
+  const vref::Ref ref = vref::reference(c, vh, q, k, v, dout, nullptr, true);
+  const vref::Ref naive = vref::reference(c, vh, q, k, v, dout, &rnd, true);
+
+  DevProblem p = alloc_problem(s);
+  upload(p.q, q, s, p.lq, s.Sq, s.Hq, p.nq);
+  upload(p.k, k, s, p.lk, s.Sk, s.Hkv, p.nk);
+  upload(p.v, v, s, p.lk, s.Sk, s.Hkv, p.nk);
+  upload(p.dout, dout, s, p.lq, s.Sq, s.Hq, p.nq);
+  std::vector<float> of(ref.o.begin(), ref.o.end());
+  upload(p.o, of, s, p.lq, s.Sq, s.Hq, p.nq);
+  std::vector<float> lsef(ref.lse.begin(), ref.lse.end());
+  CK(cudaMemcpy(p.lse, lsef.data(), lsef.size() * 4, cudaMemcpyHostToDevice));
+  vref::VarDev vd;
+  BwdParams base = make_params(p, false);
+  vref::fill_params(base, c, vh, vd);
+
+  int fails = 0;
+  std::vector<uint16_t> det_first[3];
+  for (int mode = 0; mode < 3; ++mode) {
+    const bool det = mode > 0;
+    poison(p);
+    BwdParams bp = base;
+    bp.deterministic = det;
+    CK(jax_flash::cuda::run_bwd(bp, 0));
+    CK(cudaDeviceSynchronize());
+    const uint16_t* outs[3] = {p.dq, p.dk, p.dv};
+    const size_t ns[3] = {p.nq, p.nk, p.nk};
+    if (mode == 2) {
+      bool same = true;
+      for (int t = 0; t < 3; ++t) {
+        std::vector<uint16_t> hb(ns[t]);
+        CK(cudaMemcpy(hb.data(), outs[t], ns[t] * 2, cudaMemcpyDeviceToHost));
+        same = same && hb == det_first[t];
+      }
+      if (!same) { std::printf("FAIL VAR determinism %s\n", c.name); ++fails; }
+      continue;
+    }
+    if (mode == 1)
+      for (int t = 0; t < 3; ++t) {
+        det_first[t].resize(ns[t]);
+        CK(cudaMemcpy(det_first[t].data(), outs[t], ns[t] * 2, cudaMemcpyDeviceToHost));
+      }
+    auto dq = download(p.dq, s, p.lq, s.Sq, s.Hq, p.nq);
+    auto dk = download(p.dk, s, p.lk, s.Sk, s.Hkv, p.nk);
+    auto dv = download(p.dv, s, p.lk, s.Sk, s.Hkv, p.nk);
+    // Exact zeros: dq of padded rows, dk/dv of keys >= kv_len.
+    int64_t nonzero = 0;
+    for (int b = 0; b < s.B; ++b) {
+      for (int i = 0; i < s.Sq; ++i)
+        if (ref.row_padded[size_t(b) * s.Sq + i])
+          for (int h = 0; h < s.Hq; ++h)
+            for (int d = 0; d < s.D; ++d) nonzero += dq[((size_t(b) * s.Sq + i) * s.Hq + h) * s.D + d] != 0.0;
+      if (!vh.kv_len.empty())
+        for (int j = vh.kv_len[b]; j < s.Sk; ++j)
+          for (int h = 0; h < s.Hkv; ++h)
+            for (int d = 0; d < s.D; ++d) {
+              const size_t ix = ((size_t(b) * s.Sk + j) * s.Hkv + h) * s.D + d;
+              nonzero += (dk[ix] != 0.0) + (dv[ix] != 0.0);
+            }
+    }
+    const char* names[3] = {"dq", "dk", "dv"};
+    const std::vector<double>* got[3] = {&dq, &dk, &dv};
+    const std::vector<double>* want[3] = {&ref.dq, &ref.dk, &ref.dv};
+    const std::vector<double>* nv[3] = {&naive.dq, &naive.dk, &naive.dv};
+    for (int t = 0; t < 3; ++t) {
+      const double ek = max_err(*got[t], *want[t]);
+      const double en = max_err(*nv[t], *want[t]);
+      const double tol = 3.0 * en + 1e-4 * max_abs(*want[t]) + 1e-6;
+      const bool ok = ek <= tol && (t > 0 || nonzero == 0);
+      std::printf("%s VAR %-6s %s %-52s %s D=%d B=%d Sq=%d Sk=%d Hq=%d Hkv=%d: err %.3e naive %.3e ratio %.2f max|ref| %.3e nonzero_pad %lld\n",
+                  ok ? "ok  " : "FAIL", det ? "det" : "atomic", names[t], c.name, dtname(s.dt), s.D, s.B,
+                  s.Sq, s.Sk, s.Hq, s.Hkv, ek, en, en > 0 ? ek / en : 0.0, max_abs(*want[t]),
+                  (long long)nonzero);
+      fails += !ok;
+    }
+  }
+  vd.free_all();
+  free_problem(p);
+  return fails;
+}
+
+// Backward (atomic and deterministic) of the variants kernels vs plain causal.
+static void bench_variants() {
+  const int S = 8192, D = 128, H = 16, B = 1;
+  Shape s{B, S, S, H, H, D, true, DType::kBFloat16, 0};
+  DevProblem p = alloc_problem(s);
+  std::vector<uint16_t> hb(p.nq);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (auto& x : hb) x = f2h(nd(rng), s.dt);
+  for (auto* ptr : {p.q, p.k, p.v, p.o, p.dout}) CK(cudaMemcpy(ptr, hb.data(), p.nq * 2, cudaMemcpyHostToDevice));
+  std::vector<float> lse(size_t(B) * H * S, std::log(float(S)) + 3.f);
+  CK(cudaMemcpy(p.lse, lse.data(), lse.size() * 4, cudaMemcpyHostToDevice));
+  vref::VarDev vd;
+  std::vector<int32_t> lens(B, S - 100), ids(size_t(B) * S, 1), offs(B, 0);
+  const int32_t* d_lens = vd.put(lens);
+  const int32_t* d_ids = vd.put(ids);
+  const int32_t* d_rng = vd.put(vref::seg_ranges(ids, B, S));
+  const int32_t* d_offs = vd.put(offs);
+  const float* d_slopes = vd.put(std::vector<float>(H, 0.01f));
+  const uint32_t* d_seed = vd.put(std::vector<uint32_t>{1u, 2u});
+  const char* names[] = {"plain causal", "variants kernel, no-op window", "window 4096", "softcap 30",
+                         "alibi", "lengths (s-100)", "segments (one doc)", "query_offsets (0)", "dropout 0.1"};
+  double base_ms[2] = {0, 0};
+  for (int vi = 0; vi < 9; ++vi)
+    for (int det = 0; det < 2; ++det) {
+      BwdParams bp = make_params(p, det != 0);
+      switch (vi) {
+        case 1: bp.window_left = 1 << 30; break;
+        case 2: bp.window_left = 4096; break;
+        case 3: bp.softcap = 30.f; break;
+        case 4: bp.alibi_slopes = d_slopes; break;
+        case 5: bp.q_seqlens = bp.kv_seqlens = d_lens; break;
+        case 6: bp.q_segment_ids = bp.kv_segment_ids = d_ids; bp.q_segment_ranges = bp.kv_segment_ranges = d_rng; break;
+        case 7: bp.query_offsets = d_offs; break;
+        case 8: bp.dropout_rate = 0.1f; bp.dropout_seed = d_seed; break;
+        default: break;
+      }
+      CK(jax_flash::cuda::run_bwd(bp, 0));
+      CK(cudaDeviceSynchronize());
+      cudaEvent_t e0, e1;
+      CK(cudaEventCreate(&e0));
+      CK(cudaEventCreate(&e1));
+      const int reps = 5;
+      CK(cudaEventRecord(e0));
+      for (int r = 0; r < reps; ++r) CK(jax_flash::cuda::run_bwd(bp, 0));
+      CK(cudaEventRecord(e1));
+      CK(cudaEventSynchronize(e1));
+      float t;
+      CK(cudaEventElapsedTime(&t, e0, e1));
+      t /= reps;
+      if (vi == 0) base_ms[det] = t;
+      std::printf("VBENCH bwd d=%d s=%d h=%d causal %-6s %-30s %.3f ms  x%.3f vs plain\n", D, S, H,
+                  det ? "det" : "atomic", names[vi], t, t / base_ms[det]);
+      std::fflush(stdout);
+    }
+  vd.free_all();
+  free_problem(p);
+}
+
+static int run_variants(bool small) {
+  int fails = 0;
+  uint64_t seed = 100;
+  const auto vc = vref::cases(small);
+  for (const auto& c : vc) fails += check_variant(c, seed++);
+  std::printf("%zu variant cases, %d failures\n", vc.size(), fails);
+  if (!small) bench_variants();
+  return fails == 0 ? 0 : 1;
+}
+
 static int run_small() {
   Shape s{2, 37, 53, 4, 2, 64, true, DType::kBFloat16, 0};
   int f = check_shape(s, 7, true);
@@ -468,6 +637,7 @@ int main(int argc, char** argv) {
   if (mode == "test") return run_tests();
   if (mode == "small") return run_small();
   if (mode == "bench") return run_bench(argc, argv);
+  if (mode == "variants") return run_variants(argc > 2 && std::string(argv[2]) == "small");
   if (mode == "one" && argc >= 9) {
     Shape s{std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]), std::atoi(argv[5]),
             std::atoi(argv[6]), std::atoi(argv[7]), std::atoi(argv[8]) != 0,

@@ -2,6 +2,8 @@
 //   fwd_harness            full matrix, then timings
 //   fwd_harness --small    one small causal GQA case per path (sanitizers)
 //   fwd_harness --bench    timings only
+//   fwd_harness --variants [--small]   variant cases (variant_ref.h), then
+//                          variant-vs-plain timings at 8k (unless --small)
 // Outputs are poisoned with NaN before every run; the reference is float64
 // on the CPU. Tolerance the FlashAttention way: max|kernel - ref| must stay
 // within 2x max|naive - ref| (+ small abs slack), where "naive" is plain
@@ -21,6 +23,7 @@
 
 #include "cuda/launch.h"
 #include "fwd_tune.h"
+#include "variant_ref.h"
 
 using jax_flash::DType;
 using jax_flash::FwdParams;
@@ -159,6 +162,140 @@ static void run_case(const Case& c) {
   std::fflush(stdout);
 }
 
+// ---- variants ----
+static double rnd_d(double x, DType t) { return round16(float(x), t); }
+
+static void run_var_case(const vref::VarCase& c, uint64_t seed) {
+  const int64_t nq = int64_t(c.B) * c.Sq * c.Hq * c.D, nk = int64_t(c.B) * c.Sk * c.Hkv * c.D;
+  std::vector<uint16_t> hq(nq), hk(nk), hv(nk);
+  std::vector<float> fq(nq), fk(nk), fv(nk), fdo;
+  for (int64_t i = 0; i < nq; ++i) { hq[i] = f2h(nrand(), c.dt); fq[i] = h2f(hq[i], c.dt); }
+  for (int64_t i = 0; i < nk; ++i) { hk[i] = f2h(nrand(), c.dt); fk[i] = h2f(hk[i], c.dt); }
+  for (int64_t i = 0; i < nk; ++i) { hv[i] = f2h(nrand(), c.dt); fv[i] = h2f(hv[i], c.dt); }
+  const vref::VarHost vh = vref::make_host(c, seed);
+  const vref::Ref ref = vref::reference(c, vh, fq, fk, fv, fdo, nullptr, false);
+  const vref::Ref naive = vref::reference(c, vh, fq, fk, fv, fdo, &rnd_d, false);
+
+  void *dq, *dk, *dv, *dout; float* dlse;
+  const int64_t nlse = int64_t(c.B) * c.Hq * c.Sq;
+  CK(cudaMalloc(&dq, nq * 2)); CK(cudaMalloc(&dk, nk * 2)); CK(cudaMalloc(&dv, nk * 2));
+  CK(cudaMalloc(&dout, nq * 2)); CK(cudaMalloc(&dlse, nlse * 4));
+  CK(cudaMemcpy(dq, hq.data(), nq * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(dk, hk.data(), nk * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(dv, hv.data(), nk * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemset(dout, 0xFF, nq * 2));
+  CK(cudaMemset(dlse, 0xFF, nlse * 4));
+  FwdParams p;
+  p.q = dq; p.k = dk; p.v = dv; p.o = dout; p.lse = dlse;
+  p.q_row_stride = p.o_row_stride = int64_t(c.Hq) * c.D;
+  p.q_head_stride = p.o_head_stride = c.D;
+  p.q_batch_stride = p.o_batch_stride = int64_t(c.Sq) * c.Hq * c.D;
+  p.k_row_stride = p.v_row_stride = int64_t(c.Hkv) * c.D;
+  p.k_head_stride = p.v_head_stride = c.D;
+  p.k_batch_stride = p.v_batch_stride = int64_t(c.Sk) * c.Hkv * c.D;
+  p.batch = c.B; p.seqlen_q = c.Sq; p.seqlen_k = c.Sk; p.heads_q = c.Hq; p.heads_kv = c.Hkv;
+  p.head_dim = c.D; p.scale = float(1.0 / std::sqrt(double(c.D))); p.dtype = c.dt;
+  vref::VarDev vd;
+  vref::fill_params(p, c, vh, vd);
+  CK(jax_flash::cuda::run_fwd(p, 0));
+  CK(cudaDeviceSynchronize());
+  std::vector<uint16_t> hout(nq); std::vector<float> hlse(nlse);
+  CK(cudaMemcpy(hout.data(), dout, nq * 2, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(hlse.data(), dlse, nlse * 4, cudaMemcpyDeviceToHost));
+  cudaFree(dq); cudaFree(dk); cudaFree(dv); cudaFree(dout); cudaFree(dlse);
+  vd.free_all();
+
+  double err_k = 0, err_n = 0, err_lse = 0;
+  int64_t bad = 0, empty_rows = 0;
+  for (int b = 0; b < c.B; ++b)
+    for (int h = 0; h < c.Hq; ++h)
+      for (int i = 0; i < c.Sq; ++i) {
+        const size_t li = (size_t(b) * c.Hq + h) * c.Sq + i;
+        const bool empty = ref.row_empty[li];
+        empty_rows += empty;
+        const float lk = hlse[li];
+        if (empty) { if (!(std::isinf(lk) && lk < 0)) bad++; }
+        else if (!std::isfinite(lk)) bad++;
+        else err_lse = std::max(err_lse, std::fabs(lk - ref.lse[li]) / (1.0 + std::fabs(ref.lse[li])));
+        for (int d = 0; d < c.D; ++d) {
+          const size_t oi = ((size_t(b) * c.Sq + i) * c.Hq + h) * c.D + d;
+          const float ok = h2f(hout[oi], c.dt);
+          if (!std::isfinite(ok) || (empty && ok != 0.f)) { bad++; continue; }
+          err_k = std::max(err_k, std::fabs(ok - ref.o[oi]));
+          err_n = std::max(err_n, std::fabs(naive.o[oi] - ref.o[oi]));
+        }
+      }
+  const double tol = 2.0 * err_n + 1e-4;
+  const bool ok = bad == 0 && err_k <= tol && err_lse <= 1e-4;
+  if (!ok) g_fail++;
+  std::printf("%s VAR %-52s %s d=%3d b=%d sq=%3d sk=%3d hq=%d hkv=%d  err=%.3e naive=%.3e ratio=%.2f lse_rel=%.2e empty_rows=%lld bad=%lld\n",
+              ok ? "PASS" : "FAIL", c.name, dname(c.dt), c.D, c.B, c.Sq, c.Sk, c.Hq, c.Hkv, err_k, err_n,
+              err_n > 0 ? err_k / err_n : 0.0, err_lse, (long long)empty_rows, (long long)bad);
+  std::fflush(stdout);
+}
+
+// Variant kernel vs plain kernel speed at one shape (bf16, b=1, causal unless noted).
+static void bench_variants() {
+  const int s = 8192, d = 128, h = 16, b = 1;
+  const int64_t n = int64_t(b) * s * h * d;
+  void *q, *k, *v, *o; float* lse;
+  CK(cudaMalloc(&q, n * 2)); CK(cudaMalloc(&k, n * 2)); CK(cudaMalloc(&v, n * 2)); CK(cudaMalloc(&o, n * 2));
+  CK(cudaMalloc(&lse, int64_t(b) * h * s * 4));
+  std::vector<uint16_t> hbuf(n);
+  for (auto& x : hbuf) x = f2h(nrand(), DType::kBFloat16);
+  for (void* t : {q, k, v}) CK(cudaMemcpy(t, hbuf.data(), n * 2, cudaMemcpyHostToDevice));
+  vref::VarDev vd;
+  std::vector<int32_t> lens(b, s - 100), ids(size_t(b) * s), offs(b, 0);
+  for (int i = 0; i < s; ++i) ids[i] = 1;  // one document: segment path without skipping
+  std::vector<int32_t> rng = vref::seg_ranges(ids, b, s);
+  std::vector<float> slopes(h, 0.01f);
+  const int32_t* d_lens = vd.put(lens);
+  const int32_t* d_ids = vd.put(ids);
+  const int32_t* d_rng = vd.put(rng);
+  const int32_t* d_offs = vd.put(offs);
+  const float* d_slopes = vd.put(slopes);
+  const uint32_t* d_seed = vd.put(std::vector<uint32_t>{1u, 2u});
+  auto base = [&]() {
+    FwdParams p;
+    p.q = q; p.k = k; p.v = v; p.o = o; p.lse = lse;
+    p.q_row_stride = p.k_row_stride = p.v_row_stride = p.o_row_stride = int64_t(h) * d;
+    p.q_head_stride = p.k_head_stride = p.v_head_stride = p.o_head_stride = d;
+    p.q_batch_stride = p.k_batch_stride = p.v_batch_stride = p.o_batch_stride = int64_t(s) * h * d;
+    p.batch = b; p.seqlen_q = p.seqlen_k = s; p.heads_q = p.heads_kv = h; p.head_dim = d;
+    p.scale = float(1.0 / std::sqrt(double(d))); p.causal = true; p.dtype = DType::kBFloat16;
+    return p;
+  };
+  struct V { const char* name; FwdParams p; };
+  std::vector<V> vs;
+  vs.push_back({"plain causal", base()});
+  { FwdParams p = base(); p.window_left = 1 << 30; vs.push_back({"variants kernel, no-op window", p}); }
+  { FwdParams p = base(); p.window_left = 4096; vs.push_back({"window 4096 (fewer tiles)", p}); }
+  { FwdParams p = base(); p.softcap = 30.f; vs.push_back({"softcap 30", p}); }
+  { FwdParams p = base(); p.alibi_slopes = d_slopes; vs.push_back({"alibi", p}); }
+  { FwdParams p = base(); p.q_seqlens = d_lens; p.kv_seqlens = d_lens; vs.push_back({"lengths (s-100)", p}); }
+  { FwdParams p = base(); p.q_segment_ids = p.kv_segment_ids = d_ids; p.q_segment_ranges = p.kv_segment_ranges = d_rng; vs.push_back({"segments (one doc)", p}); }
+  { FwdParams p = base(); p.query_offsets = d_offs; vs.push_back({"query_offsets (0)", p}); }
+  { FwdParams p = base(); p.dropout_rate = 0.1f; p.dropout_seed = d_seed; vs.push_back({"dropout 0.1", p}); }
+  double ms0 = 0;
+  for (const V& x : vs) {
+    for (int i = 0; i < 3; ++i) CK(jax_flash::cuda::run_fwd(x.p, 0));
+    cudaEvent_t e0, e1; CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
+    const int iters = 20;
+    CK(cudaEventRecord(e0));
+    for (int i = 0; i < iters; ++i) CK(jax_flash::cuda::run_fwd(x.p, 0));
+    CK(cudaEventRecord(e1)); CK(cudaEventSynchronize(e1));
+    float ms; CK(cudaEventElapsedTime(&ms, e0, e1));
+    ms /= iters;
+    if (ms0 == 0) ms0 = ms;
+    const double flops = 4.0 * s * double(s) * d * h * b / 2;
+    std::printf("VBENCH fwd d=%d s=%d h=%d causal  %-32s %.3f ms  %.1f TFLOP/s(causal-equiv)  x%.3f vs plain\n",
+                d, s, h, x.name, ms, flops / (ms / 1e3) / 1e12, ms / ms0);
+    std::fflush(stdout);
+  }
+  vd.free_all();
+  cudaFree(q); cudaFree(k); cudaFree(v); cudaFree(o); cudaFree(lse);
+}
+
 // ---- timing ----
 double time_config(const TuneFn& fn, int b, int s, int h, int d, bool causal, DType dt) {
   const int64_t n = int64_t(b) * s * h * d;
@@ -177,6 +314,11 @@ double time_config(const TuneFn& fn, int b, int s, int h, int d, bool causal, DT
   p.q_batch_stride = p.k_batch_stride = p.v_batch_stride = p.o_batch_stride = int64_t(s) * h * d;
   p.batch = b; p.seqlen_q = p.seqlen_k = s; p.heads_q = p.heads_kv = h; p.head_dim = d;
   p.scale = float(1.0 / std::sqrt(double(d))); p.causal = causal; p.dtype = dt;
+  if (fn(p, 0) != cudaSuccess) {  // head dim not in this build (HDIMS)
+    cudaGetLastError();
+    cudaFree(q); cudaFree(k); cudaFree(v); cudaFree(o); cudaFree(lse);
+    return -1.0;
+  }
   for (int i = 0; i < 3; ++i) CK(fn(p, 0));
   cudaEvent_t e0, e1; CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
   const int iters = 20;
@@ -208,6 +350,15 @@ static void bench() {
 }
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "--variants") {
+    const bool vsmall = argc > 2 && std::string(argv[2]) == "--small";
+    const auto vc = vref::cases(vsmall);
+    uint64_t seed = 11;
+    for (const auto& c : vc) run_var_case(c, seed++);
+    std::printf("%d / %zu variant cases failed\n", g_fail, vc.size());
+    if (!vsmall) bench_variants();
+    return g_fail ? 1 : 0;
+  }
   const bool small = argc > 1 && std::string(argv[1]) == "--small";
   const bool only_bench = argc > 1 && std::string(argv[1]) == "--bench";
   const DType B = DType::kBFloat16, H = DType::kFloat16;

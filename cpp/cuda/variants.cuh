@@ -1,0 +1,228 @@
+// Attention variants as one small policy object (in the spirit of
+// flashinfer's variants): absolute query positions (query_offset, per-batch
+// query_offsets), causal / local window bands, per-batch query and key
+// lengths, packed segment ids (with per-16-block id ranges for tile
+// skipping), logit soft-capping, ALiBi and dropout (dropout.h Philox mask).
+//
+// Kernels take a `bool kVariants` template parameter. The plain
+// instantiations (kVariants = false) never construct a Variant and keep their
+// original code path; one generic variants instantiation per (head dim,
+// dtype) builds a Variant per CTA and branches at run time on which fields are
+// present. Shared by the forward and backward kernels (namespace-neutral).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "dropout.h"
+#include "params.h"
+
+namespace jax_flash::cuda {
+
+struct Variant {
+  // The kernel's parameters (a __grid_constant__ kernel argument): uniform
+  // settings are read from the constant bank on use, so they cost no
+  // registers; only the per-(batch, head) values below live in registers.
+  const FwdParams& p;
+  int q_len = 0;        // rows >= q_len see nothing (o = 0, lse = -inf, no grads)
+  int kv_len = 0;       // keys >= kv_len are masked
+  int64_t offset = 0;   // absolute position of query row 0
+  float inv_softcap = 0.f;
+  float alibi_log2 = 0.f;  // slope * log2(e); 0 = no ALiBi
+  float keep_scale = 1.f;  // 1 / (1 - dropout_rate)
+  uint32_t drop_threshold = 0;
+  uint32_t seed[2] = {0u, 0u};
+  int batch = 0, head = 0;
+
+  static constexpr int kSegBlock = FwdParams::kSegmentBlock;
+
+  __device__ __forceinline__ Variant(const FwdParams& params, int b, int h)
+      : p(params), batch(b), head(h) {
+    q_len = p.q_seqlens ? max(0, min(p.seqlen_q, int(p.q_seqlens[b]))) : p.seqlen_q;
+    kv_len = p.kv_seqlens ? max(0, min(p.seqlen_k, int(p.kv_seqlens[b]))) : p.seqlen_k;
+    offset = p.query_offset + (p.query_offsets ? int64_t(p.query_offsets[b]) : 0);
+    inv_softcap = p.softcap > 0.f ? 1.f / p.softcap : 0.f;
+    alibi_log2 = p.alibi_slopes ? p.alibi_slopes[int64_t(b) * p.alibi_batch_stride + h] *
+                                      1.4426950408889634f
+                                : 0.f;
+    if (dropout()) {
+      drop_threshold = dropout_threshold(p.dropout_rate);
+      keep_scale = p.dropout_rate < 1.f ? 1.f / (1.f - p.dropout_rate) : 0.f;
+      seed[0] = p.dropout_seed[0];
+      seed[1] = p.dropout_seed[1];
+    }
+  }
+
+  // ---- settings read from the parameters ----
+  __device__ __forceinline__ int64_t left() const { return p.window_left; }  // -1 = unbounded
+  // Last visible key relative to the query position: min(causal ? 0 : inf,
+  // window_right); -1 = unbounded.
+  __device__ __forceinline__ int64_t right() const { return p.causal ? 0 : p.window_right; }
+  __device__ __forceinline__ bool segments() const {
+    return p.q_segment_ids != nullptr && p.kv_segment_ids != nullptr;
+  }
+  __device__ __forceinline__ bool seg_ranges() const {
+    return segments() && p.q_segment_ranges != nullptr && p.kv_segment_ranges != nullptr;
+  }
+  __device__ __forceinline__ bool dropout() const {
+    return p.dropout_rate > 0.f && p.dropout_seed != nullptr;
+  }
+  __device__ __forceinline__ float softcap() const { return p.softcap > 0.f ? p.softcap : 0.f; }
+
+  // Switch the q head (backward: one CTA serves a group of q heads).
+  __device__ __forceinline__ void set_head(int h) {
+    head = h;
+    if (p.alibi_slopes)
+      alibi_log2 = p.alibi_slopes[int64_t(batch) * p.alibi_batch_stride + h] * 1.4426950408889634f;
+  }
+
+  // ---- bands ----
+  // Inclusive key range [first, last] row i may see, before lengths.
+  __device__ __forceinline__ int64_t first_key(int64_t i) const {
+    return left() >= 0 ? i + offset - left() : INT64_MIN / 4;
+  }
+  __device__ __forceinline__ int64_t last_key(int64_t i) const {
+    return right() >= 0 ? i + offset + right() : INT64_MAX / 4;
+  }
+
+  // Key tiles [lo, hi) of width BN that rows [r0, r1] (inclusive, r1 < q_len
+  // not required) may touch. Empty (lo >= hi) when no row is valid.
+  template <int BN>
+  __device__ __forceinline__ void key_tiles(int r0, int r1, int& lo, int& hi) const {
+    r1 = min(r1, q_len - 1);
+    if (r0 > r1 || kv_len == 0) { lo = 0; hi = 0; return; }
+    const int64_t j0 = max(int64_t(0), first_key(r0));
+    const int64_t j1 = min(int64_t(kv_len) - 1, last_key(r1));
+    if (j0 > j1) { lo = 0; hi = 0; return; }
+    lo = int(j0 / BN);
+    hi = int(j1 / BN) + 1;
+  }
+
+  // Query tiles [lo, hi) of height BM whose rows may see keys [c0, c1].
+  template <int BM>
+  __device__ __forceinline__ void query_tiles(int c0, int c1, int& lo, int& hi) const {
+    c1 = min(c1, kv_len - 1);
+    if (c0 > c1 || q_len == 0) { lo = 0; hi = 0; return; }
+    // last_key(i) >= c0  <=>  i >= c0 - offset - right ; first_key(i) <= c1 <=> i <= c1 + left - offset
+    int64_t i0 = right() >= 0 ? int64_t(c0) - offset - right() : 0;
+    int64_t i1 = left() >= 0 ? int64_t(c1) + left() - offset : int64_t(q_len) - 1;
+    i0 = max(i0, int64_t(0));
+    i1 = min(i1, int64_t(q_len) - 1);
+    if (i0 > i1) { lo = 0; hi = 0; return; }
+    lo = int(i0 / BM);
+    hi = int(i1 / BM) + 1;
+  }
+
+  // ---- segments ----
+  // Inclusive id range of positions [x0, x0 + n) from per-16-block ranges.
+  __device__ __forceinline__ static void seg_range(const int32_t* rng, int x0, int n, int extent,
+                                                   int& mn, int& mx) {
+    const int b0 = x0 / kSegBlock;
+    const int b1 = (min(x0 + n, extent) - 1) / kSegBlock;
+    mn = INT32_MAX;
+    mx = INT32_MIN;
+    for (int bb = b0; bb <= b1; ++bb) {
+      mn = min(mn, int(rng[2 * bb]));
+      mx = max(mx, int(rng[2 * bb + 1]));
+    }
+  }
+  struct SegRange {
+    int mn = INT32_MIN, mx = INT32_MAX;  // default: unknown, overlaps everything
+  };
+  __device__ __forceinline__ SegRange q_range(int r0, int n) const {
+    SegRange s;
+    if (seg_ranges() && r0 < p.seqlen_q) {
+      const int32_t* rng =
+          p.q_segment_ranges + int64_t(batch) * ((p.seqlen_q + kSegBlock - 1) / kSegBlock) * 2;
+      seg_range(rng, r0, n, p.seqlen_q, s.mn, s.mx);
+    }
+    return s;
+  }
+  __device__ __forceinline__ SegRange k_range(int c0, int n) const {
+    SegRange s;
+    if (seg_ranges() && c0 < p.seqlen_k) {
+      const int32_t* rng =
+          p.kv_segment_ranges + int64_t(batch) * ((p.seqlen_k + kSegBlock - 1) / kSegBlock) * 2;
+      seg_range(rng, c0, n, p.seqlen_k, s.mn, s.mx);
+    }
+    return s;
+  }
+  __device__ __forceinline__ static bool disjoint(const SegRange& a, const SegRange& b) {
+    return a.mx < b.mn || b.mx < a.mn;
+  }
+  __device__ __forceinline__ static bool same_single(const SegRange& a, const SegRange& b) {
+    return a.mn == a.mx && b.mn == b.mx && a.mn == b.mn;
+  }
+
+  // Whether the (rows [r0, r0+BM), keys [c0, c0+BN)) tile needs element masks.
+  __device__ __forceinline__ bool tile_needs_mask(int r0, int BM, int c0, int BN,
+                                                  const SegRange& qr, const SegRange& kr) const {
+    if (c0 + BN > kv_len || r0 + BM > q_len) return true;
+    if (right() >= 0 && int64_t(c0) + BN - 1 > last_key(r0)) return true;
+    if (left() >= 0 && int64_t(c0) < first_key(int64_t(r0) + BM - 1)) return true;
+    if (segments() && !same_single(qr, kr)) return true;
+    return false;
+  }
+
+  // ---- element-wise ----
+  __device__ __forceinline__ int q_segment(int row) const {
+    return (segments() && row < p.seqlen_q)
+               ? int(p.q_segment_ids[int64_t(batch) * p.seqlen_q + row])
+               : 0;
+  }
+  // Whether row (with segment id qid) sees key col.
+  __device__ __forceinline__ bool visible(int row, int col, int qid) const {
+    if (row >= q_len || col >= kv_len) return false;
+    const int64_t pos = int64_t(row) + offset;
+    if (right() >= 0 && int64_t(col) > pos + right()) return false;
+    if (left() >= 0 && int64_t(col) < pos - left()) return false;
+    if (segments() && int(p.kv_segment_ids[int64_t(batch) * p.seqlen_k + col]) != qid) return false;
+    return true;
+  }
+
+  // Whether logits change beyond scale and masks (soft-cap, ALiBi): then the
+  // kernels compute logits element by element; otherwise they keep the plain
+  // kernels' raw scores with the scale fused into exp2.
+  __device__ __forceinline__ bool transforms_logits() const {
+    return p.softcap > 0.f || alibi_log2 != 0.f;
+  }
+
+  // Raw q.k -> logit in log2 units (scale, soft-cap, ALiBi). dtanh gets
+  // d(capped)/d(uncapped) = 1 - tanh^2 (1 without soft-cap).
+  __device__ __forceinline__ float logit_log2(float qk, float scale, int row, int col,
+                                              float& dtanh) const {
+    float s = qk * scale;
+    dtanh = 1.f;
+    if (p.softcap > 0.f) {
+      const float t = tanhf(s * inv_softcap);
+      s = p.softcap * t;
+      dtanh = 1.f - t * t;
+    }
+    s *= 1.4426950408889634f;
+    if (alibi_log2 != 0.f) {
+      const float dist = float(int64_t(row) + offset - int64_t(col));
+      s -= alibi_log2 * fabsf(dist);
+    }
+    return s;
+  }
+
+  // Keep bits of rows {row_lo, row_hi} x columns {col, col + 1} (col even)
+  // held by this lane of an SM80 MMA accumulator. Lanes l and l ^ 1 own the
+  // two column pairs of one 4-column Philox group (l odd: col % 4 == 2) for
+  // the same two rows, so each lane computes one row's four words and swaps
+  // half of them with its partner: one Philox call per 4 elements. All 32
+  // lanes of the warp must call it together.
+  // k[0], k[1]: row_lo (col, col + 1); k[2], k[3]: row_hi.
+  __device__ __forceinline__ void keep_quad(int row_lo, int row_hi, int col, bool (&k)[4]) const {
+    const bool odd = (threadIdx.x & 1) != 0;
+    const Philox4 w = dropout_words(seed, batch, head, odd ? row_hi : row_lo, col);
+    const uint32_t r0 = __shfl_xor_sync(0xffffffffu, odd ? w.x : w.z, 1);
+    const uint32_t r1 = __shfl_xor_sync(0xffffffffu, odd ? w.y : w.w, 1);
+    k[0] = (odd ? r0 : w.x) >= drop_threshold;
+    k[1] = (odd ? r1 : w.y) >= drop_threshold;
+    k[2] = (odd ? w.z : r0) >= drop_threshold;
+    k[3] = (odd ? w.w : r1) >= drop_threshold;
+  }
+};
+
+}  // namespace jax_flash::cuda

@@ -1,0 +1,321 @@
+"""CUDA attention variants (issue #5) vs an explicit-mask float32 reference and
+vs the CPU target: local windows, soft-capping, query offsets (static and
+per batch), query / key lengths, segment ids, ALiBi and dropout; forward and
+gradients, bf16 and fp16.
+
+Runs only where a CUDA GPU is visible (`pytest -m gpu` on the device).
+Tolerance the FlashAttention way: the kernel's max error against the float32
+reference stays within 3x (2x forward) the error of the same attention computed
+naively in the 16-bit dtype, plus a small slack.
+
+Dropout convention assumed here: `jax_flash.dropout_mask(...)` returns the
+*keep* mask (True = kept); kept probabilities are scaled by 1 / (1 - rate),
+the softmax normaliser (and lse) comes from the undropped probabilities.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import jax
+import jax.numpy as jnp
+
+import jax_flash
+from helpers import gpu_devices
+
+_GPUS = gpu_devices()
+pytestmark = pytest.mark.gpu
+
+ABS_SLACK = 1e-4
+
+
+# ---------------------------------------------------------------------------
+# Reference: explicit mask / bias / dropout, computed in `cdt` (float32 =
+# reference, 16-bit = naive).
+
+def _visible(b, sq, sk, *, causal, window, offset, q_len, kv_len, qseg, kvseg):
+    """bool [b, 1, sq, sk]."""
+    i = jnp.arange(sq)[None, :, None]
+    j = jnp.arange(sk)[None, None, :]
+    pos = i + offset[:, None, None]
+    vis = jnp.ones((b, sq, sk), bool)
+    if causal:
+        vis &= j <= pos
+    if window is not None:
+        left, right = window
+        if left is not None and left >= 0:
+            vis &= j >= pos - left
+        if right is not None and right >= 0:
+            vis &= j <= pos + right
+    if q_len is not None:
+        vis &= i < q_len[:, None, None]
+    if kv_len is not None:
+        vis &= j < kv_len[:, None, None]
+    if qseg is not None:
+        vis &= qseg[:, :, None] == kvseg[:, None, :]
+    return vis[:, None]
+
+
+def _reference(q, k, v, *, cdt, causal=False, window=None, softcap=None, offset=0, q_len=None,
+               kv_len=None, qseg=None, kvseg=None, slopes=None, keep=None, rate=0.0):
+    b, sq, hq, d = q.shape
+    sk, hkv = k.shape[1], k.shape[2]
+    g = hq // hkv
+    q, k, v = (x.astype(cdt) for x in (q, k, v))
+    k = jnp.repeat(k, g, axis=2)
+    v = jnp.repeat(v, g, axis=2)
+    offset = jnp.broadcast_to(jnp.asarray(offset, jnp.int32), (b,))
+    s = jnp.einsum("bqhd,bkhd->bhqk", q, k, precision="highest").astype(cdt) * jnp.asarray(d ** -0.5, cdt)
+    if softcap:
+        s = (softcap * jnp.tanh(s / softcap)).astype(cdt)
+    if slopes is not None:
+        sl = jnp.broadcast_to(jnp.asarray(slopes, jnp.float32).reshape(-1, hq), (b, hq))
+        pos = jnp.arange(sq)[None, :] + offset[:, None]  # [b, sq]
+        dist = jnp.abs(pos[:, :, None] - jnp.arange(sk)[None, None, :]).astype(jnp.float32)
+        s = (s - (sl[:, :, None, None] * dist[:, None]).astype(cdt)).astype(cdt)
+    vis = _visible(b, sq, sk, causal=causal, window=window, offset=offset, q_len=q_len, kv_len=kv_len,
+                   qseg=qseg, kvseg=kvseg)
+    s32 = jnp.where(vis, s.astype(jnp.float32), -jnp.inf)
+    m = jnp.max(s32, axis=-1, keepdims=True)
+    m = jnp.where(jnp.isfinite(m), m, 0.0)
+    e = jnp.where(vis, jnp.exp(s32 - m), 0.0)
+    tot = jnp.sum(e, axis=-1, keepdims=True)
+    p = e / jnp.where(tot > 0, tot, 1.0)
+    lse = jnp.where(tot[..., 0] > 0, m[..., 0] + jnp.log(jnp.where(tot[..., 0] > 0, tot[..., 0], 1.0)), -jnp.inf)
+    p = p.astype(cdt)
+    if keep is not None:
+        p = jnp.where(keep, p / jnp.asarray(1.0 - rate, cdt), 0).astype(cdt)
+    o = jnp.einsum("bhqk,bkhd->bqhd", p, v, precision="highest").astype(cdt)
+    return o.astype(jnp.float32), lse
+
+
+def _ref_grads(q, k, v, do, cdt, **kw):
+    """dq, dk, dv of the reference computed in `cdt` (its output is float32)."""
+    f = lambda q, k, v: _reference(q, k, v, cdt=cdt, **kw)[0]
+    _, vjp = jax.vjp(f, q.astype(cdt), k.astype(cdt), v.astype(cdt))
+    return [np.asarray(g.astype(jnp.float32)) for g in vjp(do.astype(jnp.float32))]
+
+
+# ---------------------------------------------------------------------------
+# Cases: (name, shape, options). Options use the public argument names; the
+# reference keyword of each is derived in _ref_kwargs.
+
+def _seg_ids(rng, b, s):
+    ids = np.zeros((b, s), np.int32)
+    for bb in range(b):
+        pos, doc = 0, 0
+        while pos < s:
+            n = int(rng.integers(1, 60))
+            ids[bb, pos:pos + n] = doc
+            pos += n
+            doc += 1
+    return ids
+
+
+def _make_case(name, b, sq, sk, hq, hkv, d, seed=0):
+    rng = np.random.default_rng(seed)
+    opts = {}
+    if "window" in name:
+        opts["local_window_size"] = (37, 11)
+    if "causal" in name:
+        opts["causal"] = True
+    if "softcap" in name:
+        opts["logits_soft_cap"] = 7.5
+    if "offset" in name:
+        opts["query_offset"] = sk - sq if sk > sq else 5
+    if "batchoff" in name:
+        opts["query_offset"] = jnp.asarray(rng.integers(-5, 40, size=b), jnp.int32)
+    if "lengths" in name:
+        ql = rng.integers(1, sq + 1, size=b).astype(np.int32)
+        kl = rng.integers(1, sk + 1, size=b).astype(np.int32)
+        ql[0], kl[0] = sq, sk
+        if b > 1:
+            ql[1] = 0  # no valid row at all in this batch
+        opts["query_seq_lengths"] = jnp.asarray(ql)
+        opts["key_value_seq_lengths"] = jnp.asarray(kl)
+    if "segments" in name:
+        qs = _seg_ids(rng, b, sq)
+        ks = qs if sq == sk else _seg_ids(rng, b, sk)
+        opts["q_segment_ids"] = jnp.asarray(qs)
+        opts["kv_segment_ids"] = jnp.asarray(ks)
+    if "alibi" in name:
+        sl = (2.0 ** (-8.0 * np.arange(1, hq + 1) / hq)).astype(np.float32)
+        opts["alibi_slopes"] = jnp.asarray(np.stack([sl * (1 + 0.1 * i) for i in range(b)]) if "alibiB" in name else sl)
+    if "dropout" in name:
+        opts["dropout_rate"] = 0.2
+        opts["dropout_rng"] = jax.random.key(seed + 17)
+    return opts
+
+
+def _ref_kwargs(opts, b, sq, sk, hq):
+    kw = dict(causal=bool(opts.get("causal", False)))
+    if "local_window_size" in opts:
+        kw["window"] = opts["local_window_size"]
+    if "logits_soft_cap" in opts:
+        kw["softcap"] = opts["logits_soft_cap"]
+    if "query_offset" in opts:
+        kw["offset"] = opts["query_offset"]
+    if "query_seq_lengths" in opts:
+        kw["q_len"] = opts["query_seq_lengths"]
+        kw["kv_len"] = opts["key_value_seq_lengths"]
+    if "q_segment_ids" in opts:
+        kw["qseg"] = opts["q_segment_ids"]
+        kw["kvseg"] = opts["kv_segment_ids"]
+    if "alibi_slopes" in opts:
+        kw["slopes"] = opts["alibi_slopes"]
+    if "dropout_rate" in opts:
+        rate = opts["dropout_rate"]
+        kw["keep"] = jax_flash.dropout_mask(opts["dropout_rng"], rate, b, hq, sq, sk)
+        kw["rate"] = rate
+    return kw
+
+
+CASES = [
+    # each variant alone
+    ("window", 2, 257, 301, 4, 2, 64),
+    ("softcap", 2, 150, 170, 2, 1, 128),
+    ("offset causal", 2, 129, 333, 4, 1, 64),
+    ("lengths", 3, 200, 190, 8, 2, 128),
+    ("segments", 2, 301, 301, 2, 1, 64),
+    ("alibi", 2, 140, 150, 4, 2, 128),
+    ("dropout", 2, 133, 177, 2, 1, 64),
+    # combinations named in the issue
+    ("causal window", 2, 300, 300, 2, 2, 128),
+    ("segments causal", 2, 500, 500, 2, 2, 64),
+    ("lengths gqa", 4, 131, 257, 8, 2, 64),
+    ("dropout causal gqa", 2, 200, 200, 8, 2, 128),
+    ("softcap alibi", 2, 257, 257, 4, 4, 64),
+    ("softcap alibiB causal", 2, 129, 129, 4, 2, 128),
+    ("batchoff causal", 3, 111, 260, 2, 1, 64),
+    ("window batchoff lengths", 3, 190, 230, 2, 2, 64),
+    ("causal window segments lengths softcap alibi dropout", 3, 201, 199, 4, 2, 128),
+]
+
+
+def _inputs(seed, b, sq, sk, hq, hkv, d, dtype):
+    rng = np.random.default_rng(seed)
+    mk = lambda *shape: jnp.asarray(rng.standard_normal(shape, dtype=np.float32), dtype=dtype)
+    return mk(b, sq, hq, d), mk(b, sk, hkv, d), mk(b, sk, hkv, d), mk(b, sq, hq, d)
+
+
+def _on(dev, tree):
+    return jax.tree_util.tree_map(lambda x: jax.device_put(x, dev) if isinstance(x, jax.Array) else x, tree)
+
+
+def _max_err(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.max(np.abs(a - b))) if a.size else 0.0
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("case", CASES, ids=[c[0].replace(" ", "+") for c in CASES])
+def test_cuda_variant_forward_and_grads_match_reference_and_cpu(case, dtype):
+    name, b, sq, sk, hq, hkv, d = case
+    gpu, cpu = _GPUS[0], jax.devices("cpu")[0]
+    q, k, v, do = _inputs(3, b, sq, sk, hq, hkv, d, dtype)
+    opts = _make_case(name, b, sq, sk, hq, hkv, d, seed=5)
+    kw = _ref_kwargs(opts, b, sq, sk, hq)
+
+    def run(dev):
+        args = _on(dev, (q, k, v, do))
+        o_opts = _on(dev, opts)
+        f = lambda q, k, v: jax_flash.attention(q, k, v, **o_opts)
+        o, vjp = jax.vjp(f, *args[:3])
+        _, lse = jax_flash.attention(*args[:3], return_lse=True, **o_opts)
+        grads = vjp(args[3])
+        return (np.asarray(o.astype(jnp.float32)), np.asarray(lse),
+                [np.asarray(g.astype(jnp.float32)) for g in grads])
+
+    o, lse, grads = run(gpu)
+    o_cpu, lse_cpu, grads_cpu = run(cpu)
+    o_ref, lse_ref = (np.asarray(x) for x in _reference(q, k, v, cdt=jnp.float32, **kw))
+    o_naive, _ = (np.asarray(x) for x in _reference(q, k, v, cdt=dtype, **kw))
+
+    assert np.isfinite(o).all(), "non-finite output"
+    err, err_naive = _max_err(o, o_ref), _max_err(o_naive, o_ref)
+    assert err <= 2 * err_naive + ABS_SLACK, f"o error {err:.3e} > 2 x naive {err_naive:.3e}"
+    empty = ~np.isfinite(lse_ref)
+    assert np.all(np.isneginf(lse[empty])), "rows that see no key must give lse = -inf"
+    assert np.all(o.transpose(0, 2, 1, 3)[empty] == 0), "rows that see no key must give o = 0"
+    lse_err = np.max(np.abs(lse[~empty] - lse_ref[~empty]) / (1 + np.abs(lse_ref[~empty])), initial=0)
+    assert lse_err <= 1e-4, f"lse relative error {lse_err:.3e}"
+    # Same kernels' contract on the CPU target (the dropout mask included).
+    assert _max_err(o, o_cpu) <= 4 * err_naive + 2 * ABS_SLACK, "CUDA and CPU outputs differ"
+    assert np.array_equal(np.isneginf(lse), np.isneginf(lse_cpu))
+
+    g_ref = _ref_grads(q, k, v, do, jnp.float32, **kw)
+    g_naive = _ref_grads(q, k, v, do, dtype, **kw)
+    for nm, g, gc, gr, gn in zip("qkv", grads, grads_cpu, g_ref, g_naive):
+        assert np.isfinite(g).all(), f"d{nm}: non-finite"
+        e, en = _max_err(g, gr), _max_err(gn, gr)
+        scale = max(1.0, float(np.max(np.abs(gr))))
+        assert e <= 3 * en + 1e-4 * scale, f"d{nm} error {e:.3e} > 3 x naive {en:.3e}"
+        assert _max_err(g, gc) <= 6 * en + 2e-4 * scale, f"d{nm}: CUDA and CPU differ"
+    if "query_seq_lengths" in opts:
+        ql = np.asarray(opts["query_seq_lengths"])
+        for bb in range(b):
+            assert np.all(grads[0][bb, ql[bb]:] == 0), "padded query rows must get zero dq"
+            assert np.all(o[bb, ql[bb]:] == 0), "padded query rows must give o = 0"
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_cuda_variant_grads_deterministic_mode_matches_atomic(deterministic):
+    b, sq, sk, hq, hkv, d = 2, 190, 210, 4, 2, 64
+    q, k, v, do = _on(_GPUS[0], _inputs(9, b, sq, sk, hq, hkv, d, jnp.bfloat16))
+    opts = _on(_GPUS[0], _make_case("causal window segments lengths softcap alibi dropout", b, sq, sk, hq, hkv, d))
+    kw = _ref_kwargs(opts, b, sq, sk, hq)
+
+    def grads(det):
+        f = lambda q, k, v: jax_flash.attention(q, k, v, deterministic=det, **opts)
+        return [np.asarray(g.astype(jnp.float32)) for g in jax.vjp(f, q, k, v)[1](do)]
+
+    g1 = grads(deterministic)
+    g_ref = _ref_grads(q, k, v, do, jnp.float32, **kw)
+    g_naive = _ref_grads(q, k, v, do, jnp.bfloat16, **kw)
+    for g, gr, gn in zip(g1, g_ref, g_naive):
+        assert _max_err(g, gr) <= 3 * _max_err(gn, gr) + 1e-4 * max(1.0, float(np.abs(gr).max()))
+    if deterministic:
+        g2 = grads(True)
+        for a, c in zip(g1, g2):
+            assert np.array_equal(a, c), "deterministic mode must be bitwise reproducible"
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16], ids=["bf16", "fp16"])
+def test_cuda_dropout_mask_is_the_cpu_mask_bit_for_bit(dtype):
+    """q = k = 0 gives uniform P = 1 / sk; v = identity makes o[i, h, j] =
+    keep[h, i, j] / ((1 - rate) sk): the kept set is read back exactly."""
+    b, sq, sk, hq, d, rate = 2, 100, 64, 3, 64, 0.3
+    key = jax.random.key(1234)
+    q = jnp.zeros((b, sq, hq, d), dtype)
+    k = jnp.zeros((b, sk, hq, d), dtype)
+    v = jnp.broadcast_to(jnp.eye(sk, d, dtype=dtype)[None, :, None, :], (b, sk, hq, d))
+    keep = np.asarray(jax_flash.dropout_mask(key, rate, b, hq, sq, sk))
+    assert keep.shape == (b, hq, sq, sk) and keep.dtype == np.bool_
+    assert abs(keep.mean() - (1 - rate)) < 0.02
+    for dev in (_GPUS[0], jax.devices("cpu")[0]):
+        o = jax_flash.attention(*_on(dev, (q, k, v)), dropout_rate=rate, dropout_rng=_on(dev, key))
+        got = np.asarray(o.astype(jnp.float32)).transpose(0, 2, 1, 3)[..., :sk] > 0
+        assert np.array_equal(got, keep), f"dropout keep mask differs on {dev.platform}"
+
+
+def test_cuda_segments_skip_cross_document_work_exactly():
+    """Two documents packed back to back give the same result as running each
+    alone (no leakage across the boundary, forward and gradients)."""
+    b, s1, s2, h, d = 1, 150, 190, 2, 128
+    q, k, v, do = _inputs(4, b, s1 + s2, s1 + s2, h, h, d, jnp.bfloat16)
+    ids = jnp.asarray(np.r_[np.zeros(s1), np.ones(s2)][None].astype(np.int32))
+    dev = _GPUS[0]
+    q, k, v, do, ids = _on(dev, (q, k, v, do, ids))
+    f = lambda q, k, v: jax_flash.attention(q, k, v, causal=True, q_segment_ids=ids, kv_segment_ids=ids)
+    o, vjp = jax.vjp(f, q, k, v)
+    g = vjp(do)
+    for lo, hi in ((0, s1), (s1, s1 + s2)):
+        fs = lambda q, k, v: jax_flash.attention(q, k, v, causal=True)
+        os_, vjps = jax.vjp(fs, q[:, lo:hi], k[:, lo:hi], v[:, lo:hi])
+        gs = vjps(do[:, lo:hi])
+        np.testing.assert_allclose(np.asarray(o[:, lo:hi], np.float32), np.asarray(os_, np.float32), atol=2e-2)
+        for a, c in zip(g, gs):
+            c = np.asarray(c, np.float32)
+            tol = 2e-2 * max(1.0, float(np.abs(c).max()))  # bf16: different tile alignment, same math
+            np.testing.assert_allclose(np.asarray(a[:, lo:hi], np.float32), c, atol=tol)
