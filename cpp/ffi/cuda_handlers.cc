@@ -19,8 +19,9 @@ ffi::Error check_supported(const FwdParams& p) {
         "(e.g. q.astype(jnp.bfloat16))");
   if (!p.plain_mask())
     return ffi::Error::InvalidArgument(
-        "jax_flash: local_window_size, logits_soft_cap and query_offset run on the CPU kernels "
-        "only so far; the CUDA kernels support causal and full attention");
+        "jax_flash: the attention variants (local_window_size, logits_soft_cap, query_offset, "
+        "sequence lengths, segment ids, ALiBi, dropout) run on the CPU kernels only so far; the "
+        "CUDA kernels support causal and full attention");
   if (!cuda::supports(p.dtype, p.head_dim))
     return ffi::Error::InvalidArgument("jax_flash: no CUDA kernel for head_dim " +
                                        std::to_string(p.head_dim) + " in this build");
@@ -33,12 +34,14 @@ ffi::Error from_cuda(cudaError_t err, const char* what) {
 }
 
 ffi::Error FwdCuda(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
-                   ffi::Result<ffi::AnyBuffer> o, ffi::Result<ffi::Buffer<ffi::F32>> lse,
+                   ffi::RemainingArgs extra, ffi::Result<ffi::AnyBuffer> o, ffi::Result<ffi::Buffer<ffi::F32>> lse,
                    float scale, bool causal, int64_t query_offset, int64_t window_left,
-                  int64_t window_right, float softcap) {
+                  int64_t window_right, float softcap, float dropout_rate,
+                  int64_t optional_inputs) {
   FwdParams p;
-  if (auto e = fill_fwd(p, q, k, v, o->untyped_data(), lse->typed_data(), scale,
-                         {causal, query_offset, window_left, window_right, softcap});
+  if (auto e = fill_fwd(p, q, k, v, extra, o->untyped_data(), lse->typed_data(), scale,
+                         {causal, query_offset, window_left, window_right, softcap, dropout_rate,
+                          optional_inputs});
       e.failure())
     return e;
   if (!same_shape(q, *o)) return mismatch("o must be shaped like q", q, *o);
@@ -48,13 +51,15 @@ ffi::Error FwdCuda(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi:
 
 ffi::Error BwdCuda(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
                    ffi::AnyBuffer o, ffi::Buffer<ffi::F32> lse, ffi::AnyBuffer dout,
-                   ffi::Result<ffi::AnyBuffer> dq, ffi::Result<ffi::AnyBuffer> dk,
+                   ffi::RemainingArgs extra, ffi::Result<ffi::AnyBuffer> dq, ffi::Result<ffi::AnyBuffer> dk,
                    ffi::Result<ffi::AnyBuffer> dv, ffi::Result<ffi::AnyBuffer> workspace,
                    float scale, bool causal, int64_t query_offset, int64_t window_left,
-                  int64_t window_right, float softcap, bool deterministic) {
+                  int64_t window_right, float softcap, float dropout_rate,
+                  int64_t optional_inputs, bool deterministic) {
   BwdParams p;
-  if (auto e = fill_bwd(p, q, k, v, o, lse, dout, *dq, *dk, *dv, scale,
-                         {causal, query_offset, window_left, window_right, softcap}, deterministic);
+  if (auto e = fill_bwd(p, q, k, v, o, lse, dout, extra, *dq, *dk, *dv, scale,
+                         {causal, query_offset, window_left, window_right, softcap, dropout_rate,
+                          optional_inputs}, deterministic);
       e.failure())
     return e;
   if (auto e = check_supported(p); e.failure()) return e;
