@@ -371,21 +371,21 @@ def _flash_bwd(scale, mask, deterministic, residuals, cotangents):
 
 
 def _add_lse_cotangent(q, k, v, lse, dlse, dq, dk, scale, mask, extras, deterministic):
-    """Adds the gradient of sum(dlse * lse) to dq and dk, using the kernels.
+    """Adds the gradient of sum(dlse * lse) to dq and dk with one backward call.
 
-    d lse_i / d s_ij = P_ij (times the soft-cap derivative, which the kernels
-    apply), so with g = dlse: dq_i += scale * g_i * sum_j P_ij k_j (attention
-    with v := k) and dk_j += scale * sum_i P_ij g_i q_i (the dV of a backward
-    pass whose output cotangent is g * q).
+    d lse_i / d s_ij = P_ij, so the lse cotangent g adds g_i P_ij to dS (times
+    the soft-cap derivative, which the kernel applies). The backward kernel
+    computes dS_ij = P_ij (dO_i . V_j - rowsum(dO_i * O_i)) (cap derivative
+    included): with V := ones, O := 0 and dO_i := (g_i, 0, ..., 0) that is
+    exactly g_i P_ij, and its dq, dk are the wanted terms (dv is discarded).
     """
     g = jnp.where(jnp.isfinite(lse), dlse, 0.0).astype(jnp.float32)
-    g_rows = jnp.swapaxes(g, -1, -2)[..., None]  # [..., Sq, Hq, 1]
-    pk, _ = _fwd_call_x(q, k, k, extras, scale, mask)
-    dq = (dq.astype(jnp.float32) + scale * g_rows * pk.astype(jnp.float32)).astype(dq.dtype)
-    gq = (g_rows * q.astype(jnp.float32)).astype(q.dtype)
-    # Cotangent gq against "output" o' = P k: its D term must vanish, so pass o' = 0.
-    _, _, pt_gq = _bwd_call_x(q, k, k, jnp.zeros_like(q), lse, gq, extras, scale, mask, deterministic)
-    dk = (dk.astype(jnp.float32) + scale * pt_gq.astype(jnp.float32)).astype(dk.dtype)
+    g_rows = jnp.swapaxes(g, -1, -2)  # [..., Sq, Hq]
+    do = jnp.zeros_like(q).at[..., 0].set(g_rows.astype(q.dtype))
+    dq_l, dk_l, _ = _bwd_call_x(q, k, jnp.ones_like(k), jnp.zeros_like(q), lse, do, extras,
+                                scale, mask, deterministic)
+    dq = (dq.astype(jnp.float32) + dq_l.astype(jnp.float32)).astype(dq.dtype)
+    dk = (dk.astype(jnp.float32) + dk_l.astype(jnp.float32)).astype(dk.dtype)
     return dq, dk
 
 

@@ -7,6 +7,8 @@ two uint32 seed words, counter (col // 4, row, head, batch); element
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -51,6 +53,7 @@ def dropout_threshold(rate: float) -> int:
     return 0xFFFFFFFF if t >= 4294967295.0 else int(t)
 
 
+@functools.partial(jax.jit, static_argnums=(1, 2, 3, 4, 5))
 def dropout_mask_from_seed(seed, dropout_rate: float, batch: int, num_heads: int,
                            seqlen_q: int, seqlen_k: int):
     """Keep mask [batch, num_heads, seqlen_q, seqlen_k] (bool) for the seed words."""

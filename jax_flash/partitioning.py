@@ -343,7 +343,7 @@ def _fwd_fn(scale: float, causal: bool, group: int, hkv: int, present: int = 0):
         return ffi_fwd(q, k, v, scale, causal, extras_of(aux))
 
     def infer(mesh, arg_shapes, result_shape):
-        q, k, _ = arg_shapes
+        q, k = arg_shapes[0], arg_shapes[1]
         batch, head = _plan(mesh, _shape_of(q), q.sharding, _shape_of(k), k.sharding)
         return (_named(mesh, batch, head, "bshd"), _named(mesh, batch, head, "bhs"))
 

@@ -89,7 +89,8 @@ def test_rows_that_see_no_key_give_zero_output_lse_minus_inf_and_zero_grads():
         (dict(logits_soft_cap=0.0), ValueError, "logits_soft_cap must be a positive"),
         (dict(logits_soft_cap=float("inf")), ValueError, "logits_soft_cap must be a positive"),
         (dict(query_offset=1.5), TypeError, "query_offset must be an int"),
-        (dict(query_offset=np.arange(2)), TypeError, "query_offset must be a static Python int"),
+        (dict(query_offset=np.arange(3)), ValueError, r"query_offset must have shape .*\(2,\)"),
+        (dict(local_window_size=np.arange(2)), TypeError, "local_window_size must be a static Python int"),
     ],
 )
 def test_bad_variant_arguments_raise(kw, exc, pattern):
@@ -102,8 +103,10 @@ def test_bad_variant_arguments_raise(kw, exc, pattern):
 def test_cuda_target_refuses_variants_with_a_clear_error():
     gpu = jax.devices("gpu")[0]
     q, k, v = random_qkv(2, 1, 16, 16, 2, 2, 64, jnp.bfloat16, device=gpu)
-    with pytest.raises(Exception, match="CPU kernels only so far"):
-        jax.block_until_ready(jax_flash.attention(q, k, v, local_window_size=4))
+    for kw in (dict(local_window_size=4), dict(key_value_seq_lengths=jnp.array([3], jnp.int32)),
+               dict(dropout_rate=0.1, dropout_rng=jax.random.key(0))):
+        with pytest.raises(Exception, match="CPU kernels only so far"):
+            jax.block_until_ready(jax_flash.attention(q, k, v, **kw))
 
 
 def test_variants_under_vmap_and_batch_head_sharding():
