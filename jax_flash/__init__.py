@@ -15,6 +15,7 @@ __all__ = [
     "cpu_isa",
     "cuda_archs",
     "dropout_mask",
+    "segment_ranges",
     "ring_attention",
     "zigzag_permute",
     "zigzag_unpermute",

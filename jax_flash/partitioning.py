@@ -36,6 +36,11 @@ no mesh to decode shardings with, and GSPMD aborts on it).
 The FFI results carry the shard_map varying-axes type of their operands, so
 `jax_flash.attention` inside `shard_map(check_vma=True)` is typed per device.
 
+The optional per-batch operands (jax_flash.mask.Extras: lengths, per-batch
+query offsets, segment ids and their block ranges, ALiBi slopes) follow the
+batch factors of q (ALiBi also the q head factor); the dropout seed is
+replicated. The dropout counter uses shard-local batch/head indices.
+
 `custom_partitioning` has no batching rule, so each call is also wrapped in a
 `jax.custom_batching.custom_vmap` that maps a vmapped axis onto a leading batch
 axis (what `vmap_method="broadcast_all"` does for the bare ffi_call).

@@ -37,7 +37,8 @@ def test_variant_forward_and_grads_match_float64_reference(case, dtype):
     o, lse = jax_flash.attention(q, k, v, causal=causal, return_lse=True, **kw)
     f32 = [np.asarray(x.astype(jnp.float32)) for x in (q, k, v)]
     ref_o, ref_lse = attention_reference_np(*f32, causal=causal, **kw)
-    naive_o, _ = jax_flash.attention_reference(q, k, v, causal=causal, dtype=dtype, **kw)
+    naive_o, _ = jax.jit(lambda q, k, v: jax_flash.attention_reference(
+        q, k, v, causal=causal, dtype=dtype, **kw))(q, k, v)
     assert_fa_close("o", o, ref_o, naive_o)
     finite = np.isfinite(ref_lse)
     np.testing.assert_array_equal(np.asarray(lse)[~finite], -np.inf)
@@ -47,8 +48,8 @@ def test_variant_forward_and_grads_match_float64_reference(case, dtype):
     grads = jax.grad(lambda q, k, v: jnp.sum(
         jax_flash.attention(q, k, v, causal=causal, **kw).astype(jnp.float32) * do), argnums=(0, 1, 2))(q, k, v)
     refs = attention_reference_grad_np(*f32, np.asarray(do), causal=causal, **kw)
-    naive = jax.grad(lambda q, k, v: jnp.sum(jax_flash.attention_reference(
-        q, k, v, causal=causal, dtype=dtype, **kw)[0].astype(jnp.float32) * do), argnums=(0, 1, 2))(q, k, v)
+    naive = jax.jit(jax.grad(lambda q, k, v: jnp.sum(jax_flash.attention_reference(
+        q, k, v, causal=causal, dtype=dtype, **kw)[0].astype(jnp.float32) * do), argnums=(0, 1, 2)))(q, k, v)
     for name, g, r, n in zip(("dq", "dk", "dv"), grads, refs, naive):
         assert_fa_close(name, g, r, n)
 
