@@ -1,7 +1,8 @@
 """jax_flash: FlashAttention for JAX (CPU and CUDA kernels as XLA FFI custom calls)."""
 
 from jax_flash._ffi import compiled_platforms, cpu_isa, cuda_archs
-from jax_flash.attention import attention
+from jax_flash.attention import attention, segment_ranges
+from jax_flash.dropout import dropout_mask
 from jax_flash.reference import attention_reference
 from jax_flash.ring import ring_attention, zigzag_permute, zigzag_unpermute
 
@@ -13,6 +14,8 @@ __all__ = [
     "compiled_platforms",
     "cpu_isa",
     "cuda_archs",
+    "dropout_mask",
+    "segment_ranges",
     "ring_attention",
     "zigzag_permute",
     "zigzag_unpermute",

@@ -1,11 +1,15 @@
 """The mask/logit policy every kernel call carries: one hashable static value
-instead of a flag per variant threaded through every function."""
+(`Mask`) instead of a flag per variant threaded through every function, plus
+the optional per-batch arrays (`Extras`) that travel as extra FFI operands."""
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
+
+# FwdParams::kSegmentBlock: rows/keys per [min, max] segment-id range.
+SEGMENT_BLOCK = 16
 
 
 class Mask(NamedTuple):
@@ -15,6 +19,8 @@ class Mask(NamedTuple):
     causal: keys j <= position. window_left / window_right (-1: unbounded):
     keys with position - window_left <= j <= position + window_right.
     softcap (0: off): scaled logits become softcap * tanh(logits / softcap).
+    dropout_rate (0: off): probabilities dropped with the Philox keep mask
+    (needs Extras.dropout_seed).
     """
 
     causal: bool = False
@@ -22,6 +28,7 @@ class Mask(NamedTuple):
     window_left: int = -1
     window_right: int = -1
     softcap: float = 0.0
+    dropout_rate: float = 0.0
 
     @staticmethod
     def of(value) -> "Mask":
@@ -35,4 +42,50 @@ class Mask(NamedTuple):
             window_left=np.int64(self.window_left),
             window_right=np.int64(self.window_right),
             softcap=np.float32(self.softcap),
+            dropout_rate=np.float32(self.dropout_rate),
         )
+
+
+class Extras(NamedTuple):
+    """Optional operands of the FFI calls, in the FFI order (cpp/ffi/common.h
+    OptionalInput); None = absent. Shapes use q's leading batch axes `B...`:
+
+    q_seqlens, kv_seqlens, query_offsets: int32 [B...]
+    q_segment_ids [B..., Sq], kv_segment_ids [B..., Sk]: int32
+    q_segment_ranges [B..., ceil(Sq/16), 2], kv_segment_ranges [B..., ceil(Sk/16), 2]:
+      int32 inclusive [min, max] id per block of 16
+    alibi_slopes: float32 [B..., Hq]
+    dropout_seed: uint32 [2] (never batched, never sharded)
+    """
+
+    q_seqlens: Any = None
+    kv_seqlens: Any = None
+    query_offsets: Any = None
+    q_segment_ids: Any = None
+    kv_segment_ids: Any = None
+    q_segment_ranges: Any = None
+    kv_segment_ranges: Any = None
+    alibi_slopes: Any = None
+    dropout_seed: Any = None
+
+    def present(self) -> int:
+        """The `optional_inputs` bitmask attribute."""
+        return sum(1 << i for i, x in enumerate(self) if x is not None)
+
+    def arrays(self) -> list:
+        return [x for x in self if x is not None]
+
+    @classmethod
+    def from_arrays(cls, present: int, arrays) -> "Extras":
+        it = iter(arrays)
+        return cls(*(next(it) if (present >> i) & 1 else None for i in range(len(cls._fields))))
+
+    @staticmethod
+    def kinds(present: int) -> list[str]:
+        """Layout kind of each present operand: 'b' [B...], 'bq' [B..., Sq],
+        'bk' [B..., Sk], 'bqr'/'bkr' ranges, 'bh' [B..., Hq], 'seed' [2]."""
+        all_kinds = ("b", "b", "b", "bq", "bk", "bqr", "bkr", "bh", "seed")
+        return [k for i, k in enumerate(all_kinds) if (present >> i) & 1]
+
+
+NO_EXTRAS = Extras()

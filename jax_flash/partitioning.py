@@ -36,6 +36,11 @@ no mesh to decode shardings with, and GSPMD aborts on it).
 The FFI results carry the shard_map varying-axes type of their operands, so
 `jax_flash.attention` inside `shard_map(check_vma=True)` is typed per device.
 
+The optional per-batch operands (jax_flash.mask.Extras: lengths, per-batch
+query offsets, segment ids and their block ranges, ALiBi slopes) follow the
+batch factors of q (ALiBi also the q head factor); the dropout seed is
+replicated. The dropout counter uses shard-local batch/head indices.
+
 `custom_partitioning` has no batching rule, so each call is also wrapped in a
 `jax.custom_batching.custom_vmap` that maps a vmapped axis onto a leading batch
 axis (what `vmap_method="broadcast_all"` does for the bare ffi_call).
@@ -56,7 +61,7 @@ from jax.experimental.custom_partitioning import custom_partitioning
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from jax_flash import _ffi
-from jax_flash.mask import Mask
+from jax_flash.mask import NO_EXTRAS, Extras, Mask
 
 # ---------------------------------------------------------------------------
 # The bare FFI calls (what each shard runs).
@@ -112,14 +117,16 @@ def _result(shape, dtype, like):
     return jax.ShapeDtypeStruct(shape, dtype)
 
 
-def ffi_fwd(q, k, v, scale: float, causal):
-    """The forward custom call; `causal` is a Mask or a plain causal flag."""
+def ffi_fwd(q, k, v, scale: float, causal, extras: Extras = NO_EXTRAS):
+    """The forward custom call; `causal` is a Mask or a plain causal flag;
+    `extras` the optional operands (appended after q, k, v in FFI order)."""
     out_types = (
         _result(q.shape, q.dtype, q),
         _result(_lse_shape(q), jnp.float32, q),
     )
     call = jax.ffi.ffi_call(_ffi.FWD_TARGET, out_types, vmap_method="broadcast_all")
-    return call(q, k, v, scale=np.float32(scale), **Mask.of(causal).ffi_attrs())
+    return call(q, k, v, *extras.arrays(), scale=np.float32(scale),
+                optional_inputs=np.int64(extras.present()), **Mask.of(causal).ffi_attrs())
 
 
 def _bwd_workspace_floats(q, deterministic: bool) -> int:
@@ -133,8 +140,10 @@ def _bwd_workspace_floats(q, deterministic: bool) -> int:
     return hq * sq * (1 + (0 if deterministic else d_pad)) + 128
 
 
-def ffi_bwd(q, k, v, o, lse, do, scale: float, causal, deterministic: bool):
-    """The backward custom call; `causal` is a Mask or a plain causal flag."""
+def ffi_bwd(q, k, v, o, lse, do, scale: float, causal, deterministic: bool,
+            extras: Extras = NO_EXTRAS):
+    """The backward custom call; `causal` is a Mask or a plain causal flag;
+    `extras` the optional operands (appended after q, k, v, o, lse, do)."""
     out_types = (
         _result(q.shape, q.dtype, q),
         _result(k.shape, k.dtype, q),
@@ -143,8 +152,9 @@ def ffi_bwd(q, k, v, o, lse, do, scale: float, causal, deterministic: bool):
     )
     call = jax.ffi.ffi_call(_ffi.BWD_TARGET, out_types, vmap_method="broadcast_all")
     dq, dk, dv, _workspace = call(
-        q, k, v, o, lse, do,
-        scale=np.float32(scale), deterministic=bool(deterministic), **Mask.of(causal).ffi_attrs(),
+        q, k, v, o, lse, do, *extras.arrays(),
+        scale=np.float32(scale), deterministic=bool(deterministic),
+        optional_inputs=np.int64(extras.present()), **Mask.of(causal).ffi_attrs(),
     )
     return dq, dk, dv
 
@@ -214,12 +224,26 @@ def _warn_if_sequence_sharded(q, k):
 
 
 def _named(mesh, batch, head, kind):
-    """NamedSharding for an operand of the given kind: 'bshd' (q, k, v, o, do)
-    or 'bhs' (lse)."""
+    """NamedSharding for an operand of the given kind: 'bshd' (q, k, v, o, do),
+    'bhs' (lse), or an Extras kind ('b', 'bq', 'bk', 'bqr', 'bkr', 'bh', 'seed')."""
     b = [_entry(a) for a in batch]
-    if kind == "bshd":
-        return NamedSharding(mesh, P(*b, None, _entry(head), None))
-    return NamedSharding(mesh, P(*b, _entry(head), None))
+    specs = {
+        "bshd": (None, _entry(head), None),
+        "bhs": (_entry(head), None),
+        "b": (),
+        "bq": (None,),
+        "bk": (None,),
+        "bqr": (None, None),
+        "bkr": (None, None),
+        "bh": (_entry(head),),
+    }
+    if kind == "seed":
+        return NamedSharding(mesh, P())
+    return NamedSharding(mesh, P(*b, *specs[kind]))
+
+
+def _extras_named(mesh, batch, head, present: int) -> tuple:
+    return tuple(_named(mesh, batch, head, kind) for kind in Extras.kinds(present))
 
 
 def _shape_of(x):
@@ -236,7 +260,8 @@ def _rule_kwargs(rule: str, group: int) -> dict:
     for tok in rule.replace("(", " ").replace(")", " ").replace(",", " ").split():
         if tok.isidentifier() and tok not in names:
             names.append(tok)
-    kw = {"need_replication_factors": tuple(f for f in names if f in ("sq", "sk", "d", "g"))}
+    special = ("sq", "sk", "d", "g", "nq", "nk", "two", "seed")
+    kw = {"need_replication_factors": tuple(f for f in names if f in special)}
     if "(h g)" in rule:
         kw["g"] = group
     return kw
@@ -262,48 +287,68 @@ def _q_heads_factor(mesh, group: int, hkv: int) -> str:
     return "h" if group == 1 else "hq"
 
 
-def _fwd_rule(group: int, hkv: int):
+def _extras_rule(present: int, hq: str) -> str:
+    """Shardy operand specs of the optional operands: per-batch arrays share
+    the batch factors (and ALiBi the q head factor); the seed is replicated."""
+    spec = {"b": "...", "bq": "... sq", "bk": "... sk", "bqr": "... nq two",
+            "bkr": "... nk two", "bh": f"... {hq}", "seed": "seed"}
+    return "".join(", " + spec[kind] for kind in Extras.kinds(present))
+
+
+def _fwd_rule(group: int, hkv: int, present: int):
     def rule(mesh, value_types, result_types):
         hq = _q_heads_factor(mesh, group, hkv)
-        r = f"... sq {hq} d, ... sk h d, ... sk h d -> ... sq {hq} d, ... {hq} sq"
+        r = (f"... sq {hq} d, ... sk h d, ... sk h d{_extras_rule(present, hq)} "
+             f"-> ... sq {hq} d, ... {hq} sq")
         return r, _rule_kwargs(r, group)
 
     return rule
 
 
-def _bwd_rule(group: int, hkv: int):
+def _bwd_rule(group: int, hkv: int, present: int):
     def rule(mesh, value_types, result_types):
         hq = _q_heads_factor(mesh, group, hkv)
         qt = f"... sq {hq} d"
         kt = "... sk h d"
-        r = f"{qt}, {kt}, {kt}, {qt}, ... {hq} sq, {qt} -> {qt}, {kt}, {kt}"
+        r = (f"{qt}, {kt}, {kt}, {qt}, ... {hq} sq, {qt}{_extras_rule(present, hq)} "
+             f"-> {qt}, {kt}, {kt}")
         return r, _rule_kwargs(r, group)
 
     return rule
 
 
-def _broadcast_rule(fn, n_out):
+def _broadcast_rule(fn, n_out, n_fixed, present):
     """custom_vmap rule: move every vmapped axis to the front as an extra batch
-    axis (broadcasting unbatched operands), then call `fn` again."""
+    axis (broadcasting unbatched operands), then call `fn` again. The dropout
+    seed is not per batch: an unbatched seed stays as it is; a batched one
+    (one key per vmapped instance) runs the instances one after the other."""
+    kinds = ["x"] * n_fixed + Extras.kinds(present)
 
     def rule(axis_size, in_batched, *args):
+        seed_batched = any(b for b, kind in zip(in_batched, kinds) if kind == "seed")
         args = [
-            a if b else jnp.broadcast_to(a, (axis_size,) + a.shape)
-            for a, b in zip(args, in_batched)
+            a if (b or (kind == "seed" and not seed_batched))
+            else jnp.broadcast_to(a, (axis_size,) + a.shape)
+            for a, b, kind in zip(args, in_batched, kinds)
         ]
+        if seed_batched:
+            return jax.lax.map(lambda xs: fn(*xs), tuple(args)), (True,) * n_out
         return fn(*args), (True,) * n_out
 
     return rule
 
 
 @functools.lru_cache(maxsize=None)
-def _fwd_fn(scale: float, causal: bool, group: int, hkv: int):
+def _fwd_fn(scale: float, causal: bool, group: int, hkv: int, present: int = 0):
+    def extras_of(aux):
+        return Extras.from_arrays(present, aux)
+
     @custom_partitioning
-    def part(q, k, v):
-        return ffi_fwd(q, k, v, scale, causal)
+    def part(q, k, v, *aux):
+        return ffi_fwd(q, k, v, scale, causal, extras_of(aux))
 
     def infer(mesh, arg_shapes, result_shape):
-        q, k, _ = arg_shapes
+        q, k = arg_shapes[0], arg_shapes[1]
         batch, head = _plan(mesh, _shape_of(q), q.sharding, _shape_of(k), k.sharding)
         return (_named(mesh, batch, head, "bshd"), _named(mesh, batch, head, "bhs"))
 
@@ -314,37 +359,41 @@ def _fwd_fn(scale: float, causal: bool, group: int, hkv: int):
         return (_named(mesh, batch, head, "bshd"), _named(mesh, batch, head, "bhs"))
 
     def partition(mesh, arg_shapes, result_shape):
-        q, k, _ = arg_shapes
+        q, k = arg_shapes[0], arg_shapes[1]
         _warn_if_sequence_sharded(q, k)
         batch, head = _plan(mesh, _shape_of(q), q.sharding, _shape_of(k), k.sharding)
         x = _named(mesh, batch, head, "bshd")
         lse = _named(mesh, batch, head, "bhs")
 
-        def lower(q, k, v):
-            return ffi_fwd(q, k, v, scale, causal)
+        def lower(q, k, v, *aux):
+            return ffi_fwd(q, k, v, scale, causal, extras_of(aux))
 
-        return mesh, lower, (x, lse), (x, x, x)
+        return mesh, lower, (x, lse), (x, x, x) + _extras_named(mesh, batch, head, present)
 
     part.def_partition(
         partition=partition,
         infer_sharding_from_operands=infer,
         propagate_user_sharding=propagate,
-        sharding_rule=_fwd_rule(group, hkv),
+        sharding_rule=_fwd_rule(group, hkv, present),
     )
 
     @custom_vmap
-    def call(q, k, v):
-        return part(q, k, v)
+    def call(q, k, v, *aux):
+        return part(q, k, v, *aux)
 
-    call.def_vmap(_broadcast_rule(call, 2))
+    call.def_vmap(_broadcast_rule(call, 2, 3, present))
     return call
 
 
 @functools.lru_cache(maxsize=None)
-def _bwd_fn(scale: float, causal: bool, deterministic: bool, group: int, hkv: int):
+def _bwd_fn(scale: float, causal: bool, deterministic: bool, group: int, hkv: int,
+            present: int = 0):
+    def extras_of(aux):
+        return Extras.from_arrays(present, aux)
+
     @custom_partitioning
-    def part(q, k, v, o, lse, do):
-        return ffi_bwd(q, k, v, o, lse, do, scale, causal, deterministic)
+    def part(q, k, v, o, lse, do, *aux):
+        return ffi_bwd(q, k, v, o, lse, do, scale, causal, deterministic, extras_of(aux))
 
     def infer(mesh, arg_shapes, result_shape):
         q, k = arg_shapes[0], arg_shapes[1]
@@ -366,23 +415,24 @@ def _bwd_fn(scale: float, causal: bool, deterministic: bool, group: int, hkv: in
         x = _named(mesh, batch, head, "bshd")
         lse = _named(mesh, batch, head, "bhs")
 
-        def lower(q, k, v, o, lse_, do):
-            return ffi_bwd(q, k, v, o, lse_, do, scale, causal, deterministic)
+        def lower(q, k, v, o, lse_, do, *aux):
+            return ffi_bwd(q, k, v, o, lse_, do, scale, causal, deterministic, extras_of(aux))
 
-        return mesh, lower, (x, x, x), (x, x, x, x, lse, x)
+        return (mesh, lower, (x, x, x),
+                (x, x, x, x, lse, x) + _extras_named(mesh, batch, head, present))
 
     part.def_partition(
         partition=partition,
         infer_sharding_from_operands=infer,
         propagate_user_sharding=propagate,
-        sharding_rule=_bwd_rule(group, hkv),
+        sharding_rule=_bwd_rule(group, hkv, present),
     )
 
     @custom_vmap
-    def call(q, k, v, o, lse, do):
-        return part(q, k, v, o, lse, do)
+    def call(q, k, v, o, lse, do, *aux):
+        return part(q, k, v, o, lse, do, *aux)
 
-    call.def_vmap(_broadcast_rule(call, 3))
+    call.def_vmap(_broadcast_rule(call, 3, 6, present))
     return call
 
 
@@ -395,20 +445,23 @@ def _inside_shard_map() -> bool:
         return False
 
 
-def fwd(q, k, v, scale: float, causal: bool):
+def fwd(q, k, v, scale: float, causal: bool, extras: Extras = NO_EXTRAS):
     """(o, lse) of the forward kernel; shards over batch and heads under jit."""
     if _inside_shard_map():
-        return ffi_fwd(q, k, v, scale, causal)
+        return ffi_fwd(q, k, v, scale, causal, extras)
     group = q.shape[-2] // k.shape[-2]
-    o, lse = _fwd_fn(float(scale), Mask.of(causal), int(group), int(k.shape[-2]))(q, k, v)
+    fn = _fwd_fn(float(scale), Mask.of(causal), int(group), int(k.shape[-2]), extras.present())
+    o, lse = fn(q, k, v, *extras.arrays())
     return o, lse
 
 
-def bwd(q, k, v, o, lse, do, scale: float, causal: bool, deterministic: bool):
+def bwd(q, k, v, o, lse, do, scale: float, causal: bool, deterministic: bool,
+        extras: Extras = NO_EXTRAS):
     """(dq, dk, dv) of the backward kernel; shards over batch and heads under jit."""
     if _inside_shard_map():
-        return ffi_bwd(q, k, v, o, lse, do, scale, causal, deterministic)
+        return ffi_bwd(q, k, v, o, lse, do, scale, causal, deterministic, extras)
     group = q.shape[-2] // k.shape[-2]
-    dq, dk, dv = _bwd_fn(float(scale), Mask.of(causal), bool(deterministic), int(group), int(k.shape[-2]))(
-        q, k, v, o, lse, do)
+    fn = _bwd_fn(float(scale), Mask.of(causal), bool(deterministic), int(group),
+                 int(k.shape[-2]), extras.present())
+    dq, dk, dv = fn(q, k, v, o, lse, do, *extras.arrays())
     return dq, dk, dv

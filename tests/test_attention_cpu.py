@@ -111,14 +111,16 @@ def test_lse_cotangent_gives_exact_gradient():
 
 
 def test_residuals_are_exactly_inputs_output_and_lse():
+    # Plus the optional non-differentiable operands (lengths, ids, ...), none here.
     q, k, v = random_qkv(5, 1, 16, 16, 2, 2, 8, jnp.float32)
     from jax_flash.attention import _flash_fwd
+    from jax_flash.mask import NO_EXTRAS
 
     class P:  # what custom_vjp hands the fwd rule with symbolic_zeros=True
         def __init__(self, x):
             self.value = x
 
-    (o, lse), res = _flash_fwd(P(q), P(k), P(v), 0.5, True, False)
-    assert len(res) == 5
+    (o, lse), res = _flash_fwd(P(q), P(k), P(v), NO_EXTRAS, 0.5, True, False)
+    assert len(res) == 6 and res[5] == NO_EXTRAS
     for r, x in zip(res, (q, k, v, o, lse)):
         assert r is x

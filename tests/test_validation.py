@@ -89,5 +89,8 @@ def test_concrete_array_scalars_are_accepted_traced_ones_refused():
     a = jax_flash.attention(q, q, q, scale=jnp.float32(0.5), query_offset=jnp.int32(2), causal=True)
     b = jax_flash.attention(q, q, q, scale=0.5, query_offset=2, causal=True)
     np.testing.assert_array_equal(a, b)
-    with pytest.raises(TypeError, match="query_offset must be a static Python int"):
-        jax.jit(lambda off: jax_flash.attention(q, q, q, query_offset=off))(3)
+    with pytest.raises(TypeError, match="local_window_size must be a static Python int"):
+        jax.jit(lambda w: jax_flash.attention(q, q, q, local_window_size=w))(3)
+    # A traced query_offset is a run-time (per-batch) offset, not an error.
+    c = jax.jit(lambda off: jax_flash.attention(q, q, q, scale=0.5, query_offset=off, causal=True))(2)
+    np.testing.assert_array_equal(c, b)

@@ -8,6 +8,7 @@
 
 #include "cpu/attention_cpu.h"
 #include "cpu/tile_math.h"
+#include "dropout.h"
 
 namespace jax_flash::cpu::JF_ISA_NS {
 namespace {
@@ -72,14 +73,89 @@ float row_sum(const float* x, int n) {
   return s;
 }
 
+// The mask policy of one (folded) batch element: the per-batch variants
+// (sequence lengths, per-batch query offsets, segment ids) resolved once.
+struct BatchPolicy {
+  const FwdParams& p;
+  int64_t offset;  // absolute position of query row 0
+  int q_len;       // rows >= q_len are padding: o = 0, lse = -inf
+  int kv_len;      // keys >= kv_len are masked
+  const int32_t* q_seg = nullptr;   // [seqlen_q], null without segments
+  const int32_t* kv_seg = nullptr;  // [seqlen_k]
+  const int32_t* q_rng = nullptr;   // [ceil(seqlen_q / 16)][2] inclusive id ranges
+  const int32_t* kv_rng = nullptr;
+
+  BatchPolicy(const FwdParams& params, int b) : p(params) {
+    offset = p.query_offset + (p.query_offsets ? p.query_offsets[b] : 0);
+    q_len = p.q_seqlens ? std::clamp(p.q_seqlens[b], 0, p.seqlen_q) : p.seqlen_q;
+    kv_len = p.kv_seqlens ? std::clamp(p.kv_seqlens[b], 0, p.seqlen_k) : p.seqlen_k;
+    if (p.q_segment_ids) {
+      const int64_t nq = cdiv(p.seqlen_q, FwdParams::kSegmentBlock);
+      const int64_t nk = cdiv(p.seqlen_k, FwdParams::kSegmentBlock);
+      q_seg = p.q_segment_ids + int64_t(b) * p.seqlen_q;
+      kv_seg = p.kv_segment_ids + int64_t(b) * p.seqlen_k;
+      q_rng = p.q_segment_ranges + int64_t(b) * nq * 2;
+      kv_rng = p.kv_segment_ranges + int64_t(b) * nk * 2;
+    }
+  }
+  // Inclusive range of keys query row i may see (lengths applied).
+  int64_t first_key(int64_t i) const {
+    return p.window_left >= 0 ? i + offset - p.window_left : INT64_MIN / 2;
+  }
+  int64_t last_key(int64_t i) const {
+    int64_t last = int64_t(kv_len) - 1;
+    if (p.causal) last = std::min(last, i + offset);
+    if (p.window_right >= 0) last = std::min(last, i + offset + p.window_right);
+    return last;
+  }
+  // Whether the segment ids of positions [a0, a1] and [b0, b1] may meet.
+  bool segments_meet(int64_t a0, int64_t a1, int64_t b0, int64_t b1) const {
+    if (!q_rng) return true;
+    constexpr int kB = FwdParams::kSegmentBlock;
+    int32_t qmin = INT32_MAX, qmax = INT32_MIN, kmin = INT32_MAX, kmax = INT32_MIN;
+    for (int64_t blk = a0 / kB; blk <= a1 / kB; ++blk) {
+      qmin = std::min(qmin, q_rng[2 * blk]);
+      qmax = std::max(qmax, q_rng[2 * blk + 1]);
+    }
+    for (int64_t blk = b0 / kB; blk <= b1 / kB; ++blk) {
+      kmin = std::min(kmin, kv_rng[2 * blk]);
+      kmax = std::max(kmax, kv_rng[2 * blk + 1]);
+    }
+    return qmin <= kmax && kmin <= qmax;
+  }
+  // Whether any query row in [q0, q1] may see any key in [k0, k1]: the visible
+  // key range of a row only moves right as the row index grows.
+  bool tile_visible(int64_t q0, int64_t q1, int64_t k0, int64_t k1) const {
+    return last_key(q1) >= k0 && first_key(q0) <= k1 && segments_meet(q0, q1, k0, k1);
+  }
+};
+
+// What one query row needs to shape its logits in a K tile.
+struct RowCtx {
+  int64_t first_key, last_key;  // visible key range (absolute key indices)
+  int64_t pos;                  // absolute query position (ALiBi)
+  float alibi_log2;             // slope * log2(e); 0: no ALiBi
+  int32_t seg;                  // the row's segment id
+  const int32_t* kv_seg;        // ids of the tile's keys (k0 applied), null: no segments
+};
+
+RowCtx row_ctx(const BatchPolicy& bp, float slope, int64_t i, int k0) {
+  return RowCtx{bp.first_key(i), bp.last_key(i), i + bp.offset, slope * kLog2e,
+                bp.q_seg ? bp.q_seg[i] : 0, bp.kv_seg ? bp.kv_seg + k0 : nullptr};
+}
+
+float alibi_slope(const FwdParams& p, int b, int h) {
+  return p.alibi_slopes ? p.alibi_slopes[int64_t(b) * p.alibi_batch_stride + h] : 0.f;
+}
+
 // Logits of one row in the log2 domain, in place: scaled, soft-capped when
-// p.softcap > 0, and -inf outside [first_key, last_key] or past the tile's
-// valid columns. deriv (may be null) receives d(capped)/d(uncapped) per key,
-// which the backward needs (1 when there is no cap).
-void logits_row(const FwdParams& p, float* s, int valid_cols, int k0, int64_t first_key,
-                int64_t last_key, float* deriv) {
-  const int64_t lo = std::max<int64_t>(0, first_key - k0);
-  const int64_t hi = std::min<int64_t>(valid_cols, last_key - k0 + 1);
+// p.softcap > 0, ALiBi added, and -inf outside [first_key, last_key], past the
+// tile's valid columns or in another segment. deriv (may be null) receives
+// d(capped)/d(uncapped) per key, which the backward needs (1 when there is no cap).
+void logits_row(const FwdParams& p, float* s, int valid_cols, int k0, const RowCtx& row,
+                float* deriv) {
+  const int64_t lo = std::max<int64_t>(0, row.first_key - k0);
+  const int64_t hi = std::min<int64_t>(valid_cols, row.last_key - k0 + 1);
   if (p.softcap > 0.f) {
     const float inv_cap = 1.f / p.softcap;
     for (int j = 0; j < kBlockK; ++j) {
@@ -87,18 +163,31 @@ void logits_row(const FwdParams& p, float* s, int valid_cols, int k0, int64_t fi
       if (deriv) deriv[j] = 1.f - t * t;
       s[j] = (j >= lo && j < hi) ? p.softcap * t * kLog2e : kNegInf;
     }
-    return;
+  } else {
+    const float scale_log2 = p.scale * kLog2e;
+    for (int j = 0; j < kBlockK; ++j) s[j] = (j >= lo && j < hi) ? s[j] * scale_log2 : kNegInf;
+    if (deriv)
+      for (int j = 0; j < kBlockK; ++j) deriv[j] = 1.f;
   }
-  const float scale_log2 = p.scale * kLog2e;
-  for (int j = 0; j < kBlockK; ++j) s[j] = (j >= lo && j < hi) ? s[j] * scale_log2 : kNegInf;
-  if (deriv)
-    for (int j = 0; j < kBlockK; ++j) deriv[j] = 1.f;
+  if (row.alibi_log2 != 0.f) {
+    const int64_t rel = row.pos - k0;  // query position minus key j is rel - j
+    for (int64_t j = lo; j < hi; ++j) s[j] -= row.alibi_log2 * float(std::llabs(rel - j));
+  }
+  if (row.kv_seg)
+    for (int64_t j = lo; j < hi; ++j)
+      if (row.kv_seg[j] != row.seg) s[j] = kNegInf;
 }
 
-// Whether any query row in [q0, q1] may see any key in [k0, k1]: the visible
-// key range of a row only moves right as the row index grows.
-bool tile_visible(const FwdParams& p, int64_t q0, int64_t q1, int64_t k0, int64_t k1) {
-  return p.last_key(q1) >= k0 && p.first_key(q0) <= k1;
+// Dropout multipliers of one row's keys [k0, k0 + cols): 1 / (1 - rate) where
+// the Philox keep mask (dropout.h) keeps the element, 0 elsewhere and past cols.
+void dropout_row(const FwdParams& p, int b, int h, int row, int k0, int cols, float* z) {
+  const uint32_t threshold = dropout_threshold(p.dropout_rate);
+  const float keep_scale = 1.f / (1.f - p.dropout_rate);
+  for (int j = 0; j < cols; j += 4) {  // k0 and j are multiples of 4
+    const Philox4 w = dropout_words(p.dropout_seed, b, h, row, k0 + j);
+    for (int t = 0; t < 4; ++t) z[j + t] = philox_word(w, t) >= threshold ? keep_scale : 0.f;
+  }
+  for (int j = cols; j < kBlockK; ++j) z[j] = 0.f;
 }
 
 struct Scratch {
@@ -117,11 +206,15 @@ void fwd_item(const FwdParams& p, int b, int h, int qt) {
   const int D = p.head_dim;
   const int Dp = round_up(D, kTileN);
   const int q0 = qt * kBlockQ;
-  const int rows = std::min(kBlockQ, p.seqlen_q - q0);
+  const int tile_rows = std::min(kBlockQ, p.seqlen_q - q0);
+  const BatchPolicy bp(p, b);
+  // Rows past the query length are padding: computed as empty rows.
+  const int rows = std::max(0, std::min(tile_rows, bp.q_len - q0));
   const int kvh = h / p.group_size();
+  const float slope = alibi_slope(p, b, h);
 
   float* base = tls_scratch.get(size_t(kBlockQ) * Dp * 2 + size_t(Dp) * kBlockK * 2 +
-                                size_t(kBlockQ) * kBlockK + 2 * kBlockQ);
+                                size_t(kBlockQ) * kBlockK + 2 * kBlockQ + kBlockK);
   float* Qf = base;                        // [rows][Dp]
   float* acc = Qf + kBlockQ * Dp;          // [rows][Dp], unnormalised output
   float* Kt = acc + kBlockQ * Dp;          // [Dp][kBlockK]
@@ -129,6 +222,7 @@ void fwd_item(const FwdParams& p, int b, int h, int qt) {
   float* S = Vf + kBlockK * Dp;            // [rows][kBlockK]
   float* m = S + kBlockQ * kBlockK;        // running row max (log2 domain)
   float* l = m + kBlockQ;                  // running row sum
+  float* z = l + kBlockQ;                  // dropout multipliers of one row
 
   const T* q = static_cast<const T*>(p.q) + b * p.q_batch_stride + q0 * p.q_row_stride +
                h * p.q_head_stride;
@@ -140,26 +234,33 @@ void fwd_item(const FwdParams& p, int b, int h, int qt) {
   std::fill(m, m + rows, kNegInf);
   std::fill(l, l + rows, 0.f);
 
-  // K/V tiles outside the rows' visible key band (causal, window) are never
-  // touched: the loop runs over the band's tiles only.
-  const int64_t band_lo = std::max<int64_t>(0, p.first_key(q0));
-  const int64_t band_hi = std::min<int64_t>(p.seqlen_k, p.last_key(q0 + rows - 1) + 1);
+  // K/V tiles outside the rows' visible key band (causal, window, kv length)
+  // are never touched: the loop runs over the band's tiles only, and skips
+  // tiles whose segment ids cannot meet the rows'.
+  const int64_t band_lo = rows ? std::max<int64_t>(0, bp.first_key(q0)) : 0;
+  const int64_t band_hi = rows ? std::min<int64_t>(p.seqlen_k, bp.last_key(q0 + rows - 1) + 1) : 0;
   for (int k0 = int(band_lo / kBlockK) * kBlockK; k0 < band_hi; k0 += kBlockK) {
     const int cols = int(std::min<int64_t>(kBlockK, band_hi - k0));
+    if (!bp.segments_meet(q0, q0 + rows - 1, k0, k0 + cols - 1)) continue;
     load_rows_transposed(k + k0 * p.k_row_stride, p.k_row_stride, cols, D, Dp, Kt, kBlockK);
     load_rows(v + k0 * p.v_row_stride, p.v_row_stride, cols, D, Vf, Dp);
     gemm(rows, kBlockK, Dp, Qf, Dp, 1, Kt, kBlockK, S, kBlockK, false);
 
     for (int r = 0; r < rows; ++r) {
       float* s = S + r * kBlockK;
-      logits_row(p, s, cols, k0, p.first_key(q0 + r), p.last_key(q0 + r), nullptr);
+      logits_row(p, s, cols, k0, row_ctx(bp, slope, q0 + r, k0), nullptr);
       const float m_new = std::max(m[r], row_max(s, kBlockK));
       // A row with nothing visible yet keeps p = 0 (exp2(-inf - 0)).
       const float m_use = m_new == kNegInf ? 0.f : m_new;
       for (int j = 0; j < kBlockK; ++j) s[j] = fast_exp2(s[j] - m_use);
       const float alpha = fast_exp2(m[r] - m_use);
+      // l (hence lse) sums the probabilities before dropout.
       l[r] = l[r] * alpha + row_sum(s, kBlockK);
       m[r] = m_new;
+      if (p.dropout_rate > 0.f) {
+        dropout_row(p, b, h, q0 + r, k0, cols, z);
+        for (int j = 0; j < kBlockK; ++j) s[j] *= z[j];
+      }
       if (alpha != 1.f) {
         float* a = acc + r * Dp;
         for (int c = 0; c < Dp; ++c) a[c] *= alpha;
@@ -171,8 +272,9 @@ void fwd_item(const FwdParams& p, int b, int h, int qt) {
   // Rescale once; a row that saw no key gets o = 0 and lse = -inf.
   T* o = static_cast<T*>(p.o) + b * p.o_batch_stride + q0 * p.o_row_stride + h * p.o_head_stride;
   float* lse = p.lse + (int64_t(b) * p.heads_q + h) * p.seqlen_q + q0;
-  for (int r = 0; r < rows; ++r) {
-    const bool empty = !(l[r] > 0.f);
+  for (int r = 0; r < tile_rows; ++r) {
+    const bool empty = r >= rows || !(l[r] > 0.f);
+    if (r >= rows) std::fill(acc + r * Dp, acc + r * Dp + D, 0.f);
     store_row(acc + r * Dp, empty ? 0.f : 1.f / l[r], D, o + r * p.o_row_stride);
     lse[r] = empty ? kNegInf : (m[r] + std::log2(l[r])) * kLn2;
   }
@@ -226,7 +328,7 @@ void bwd_kv_item(const BwdParams& p, int b, int kvh, int chunk, int n_chunks, co
   const int n_qt = int(cdiv(p.seqlen_q, kBlockQ));
 
   float* base = tls_scratch.get(size_t(kBlockK) * Dp * 6 + size_t(kBlockQ) * Dp * 2 +
-                                size_t(kBlockQ) * kBlockK * 2 + kBlockK);
+                                size_t(kBlockQ) * kBlockK * 2 + 2 * kBlockK);
   float* Kf = base;                   // [kBlockK][Dp]
   float* Kt = Kf + kBlockK * Dp;      // [Dp][kBlockK]
   float* Vt = Kt + Dp * kBlockK;      // [Dp][kBlockK]
@@ -237,6 +339,9 @@ void bwd_kv_item(const BwdParams& p, int b, int kvh, int chunk, int n_chunks, co
   float* P = dOf + kBlockQ * Dp;      // [kBlockQ][kBlockK]
   float* dS = P + kBlockQ * kBlockK;  // [kBlockQ][kBlockK]
   float* deriv = dS + kBlockQ * kBlockK;  // [kBlockK] soft-cap derivative of one row
+  float* z = deriv + kBlockK;             // [kBlockK] dropout multipliers of one row
+  const BatchPolicy bp(p, b);
+  const int q_rows = std::min(p.seqlen_q, bp.q_len);  // later rows are padding: no gradient
 
   const T* k = static_cast<const T*>(p.k) + b * p.k_batch_stride + kvh * p.k_head_stride;
   const T* v = static_cast<const T*>(p.v) + b * p.v_batch_stride + kvh * p.v_head_stride;
@@ -259,11 +364,14 @@ void bwd_kv_item(const BwdParams& p, int b, int kvh, int chunk, int n_chunks, co
       const float* drow = dsum + (int64_t(b) * p.heads_q + h) * p.seqlen_q;
       float* dq = dq_acc + ((int64_t(chunk) * p.batch + b) * p.heads_q + h) * p.seqlen_q * Dp;
 
+      const float slope = alibi_slope(p, b, h);
       for (int qt = 0; qt < n_qt; ++qt) {
         const int q0 = qt * kBlockQ;
-        const int rows = std::min(kBlockQ, p.seqlen_q - q0);
-        // Q tiles that see none of these keys (causal, window) are skipped.
-        if (!tile_visible(p, q0, q0 + rows - 1, k0, k0 + cols - 1)) continue;
+        const int rows = std::min(kBlockQ, q_rows - q0);
+        if (rows <= 0) break;
+        // Q tiles that see none of these keys (causal, window, lengths,
+        // segments) are skipped.
+        if (!bp.tile_visible(q0, q0 + rows - 1, k0, k0 + cols - 1)) continue;
         load_rows(q + q0 * p.q_row_stride, p.q_row_stride, rows, D, Qf, Dp);
         load_rows(g + q0 * p.do_row_stride, p.do_row_stride, rows, D, dOf, Dp);
         gemm(rows, kBlockK, Dp, Qf, Dp, 1, Kt, kBlockK, P, kBlockK, false);
@@ -271,15 +379,26 @@ void bwd_kv_item(const BwdParams& p, int b, int kvh, int chunk, int n_chunks, co
         for (int r = 0; r < rows; ++r) {
           float* pr = P + r * kBlockK;
           float* ds = dS + r * kBlockK;
-          logits_row(p, pr, cols, k0, p.first_key(q0 + r), p.last_key(q0 + r), deriv);
+          logits_row(p, pr, cols, k0, row_ctx(bp, slope, q0 + r, k0), deriv);
           // lse = -inf (no visible key): +inf offset makes every p exactly 0.
           const float l2 = lse[q0 + r] == kNegInf ? std::numeric_limits<float>::infinity()
                                                   : lse[q0 + r] * kLog2e;
           const float dr = drow[q0 + r];
-          for (int j = 0; j < kBlockK; ++j) {
-            const float pj = fast_exp2(pr[j] - l2);
-            pr[j] = pj;
-            ds[j] = pj * (ds[j] - dr) * deriv[j];
+          if (p.dropout_rate > 0.f) {
+            // O = (Z P) V with Z the scaled keep mask: dV takes Z P, and
+            // dS = P (Z dP~ - D) with D = rowsum(dO * O) as without dropout.
+            dropout_row(p, b, h, q0 + r, k0, cols, z);
+            for (int j = 0; j < kBlockK; ++j) {
+              const float pj = fast_exp2(pr[j] - l2);
+              pr[j] = pj * z[j];
+              ds[j] = pj * (ds[j] * z[j] - dr) * deriv[j];
+            }
+          } else {
+            for (int j = 0; j < kBlockK; ++j) {
+              const float pj = fast_exp2(pr[j] - l2);
+              pr[j] = pj;
+              ds[j] = pj * (ds[j] - dr) * deriv[j];
+            }
           }
         }
         gemm(cols, Dp, rows, P, 1, kBlockK, dOf, Dp, dV, Dp, true);        // dV += P^T dO

@@ -29,12 +29,14 @@ ffi::Error from_cuda(cudaError_t err, const char* what) {
 }
 
 ffi::Error FwdCuda(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
-                   ffi::Result<ffi::AnyBuffer> o, ffi::Result<ffi::Buffer<ffi::F32>> lse,
+                   ffi::RemainingArgs extra, ffi::Result<ffi::AnyBuffer> o, ffi::Result<ffi::Buffer<ffi::F32>> lse,
                    float scale, bool causal, int64_t query_offset, int64_t window_left,
-                  int64_t window_right, float softcap) {
+                  int64_t window_right, float softcap, float dropout_rate,
+                  int64_t optional_inputs) {
   FwdParams p;
-  if (auto e = fill_fwd(p, q, k, v, o->untyped_data(), lse->typed_data(), scale,
-                         {causal, query_offset, window_left, window_right, softcap});
+  if (auto e = fill_fwd(p, q, k, v, extra, o->untyped_data(), lse->typed_data(), scale,
+                         {causal, query_offset, window_left, window_right, softcap, dropout_rate,
+                          optional_inputs});
       e.failure())
     return e;
   if (!same_shape(q, *o)) return mismatch("o must be shaped like q", q, *o);
@@ -44,13 +46,15 @@ ffi::Error FwdCuda(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi:
 
 ffi::Error BwdCuda(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
                    ffi::AnyBuffer o, ffi::Buffer<ffi::F32> lse, ffi::AnyBuffer dout,
-                   ffi::Result<ffi::AnyBuffer> dq, ffi::Result<ffi::AnyBuffer> dk,
+                   ffi::RemainingArgs extra, ffi::Result<ffi::AnyBuffer> dq, ffi::Result<ffi::AnyBuffer> dk,
                    ffi::Result<ffi::AnyBuffer> dv, ffi::Result<ffi::AnyBuffer> workspace,
                    float scale, bool causal, int64_t query_offset, int64_t window_left,
-                  int64_t window_right, float softcap, bool deterministic) {
+                  int64_t window_right, float softcap, float dropout_rate,
+                  int64_t optional_inputs, bool deterministic) {
   BwdParams p;
-  if (auto e = fill_bwd(p, q, k, v, o, lse, dout, *dq, *dk, *dv, scale,
-                         {causal, query_offset, window_left, window_right, softcap}, deterministic);
+  if (auto e = fill_bwd(p, q, k, v, o, lse, dout, extra, *dq, *dk, *dv, scale,
+                         {causal, query_offset, window_left, window_right, softcap, dropout_rate,
+                          optional_inputs}, deterministic);
       e.failure())
     return e;
   if (auto e = check_supported(p); e.failure()) return e;
