@@ -87,7 +87,7 @@ def main(argv=None):
         return tuple(jnp.asarray(rng.standard_normal((b, s, h, d), dtype=np.float32), dtype) for _ in range(3))
 
     def timed(bench, variant, opts, q, mode, work_flops, base_ms=None, speedup=False):
-        b, s = q.shape[0], q.shape[1]
+        b, s = q[0].shape[0], q[0].shape[1]
         rec = dict(impl="jax_flash", device=device_name, dtype=dtype.name, batch=b, seqlen_q=s, seqlen_k=s,
                    heads=h, heads_kv=h, head_dim=d, causal=bool(opts.get("causal", False)), mode=mode,
                    bench=bench, variant=variant, work_flops=work_flops)
