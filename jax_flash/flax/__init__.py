@@ -8,8 +8,12 @@
   whose module never passes ``is_causal``). Grouped-query inputs (fewer k/v heads
   than q heads, e.g. ``nnx.MultiHeadAttention(num_kv_heads=...)``) go to the
   kernels' GQA path without repeating k/v.
-  Anything the kernels cannot fuse -- an explicit ``mask`` or ``bias``, attention
-  dropout in training mode, sowing the attention weights, custom einsums -- raises
+  Attention dropout in training mode (``dropout_rate > 0``, ``deterministic=False``)
+  runs inside the kernels (``jax_flash.attention(dropout_rate=, dropout_rng=)``): the
+  keep mask is independent per batch element and head, so flax's
+  ``broadcast_dropout`` (one mask shared over the batch axes) is not applied.
+  Anything the kernels cannot fuse -- an explicit ``mask`` or ``bias``, a traced
+  dropout rate, sowing the attention weights, custom einsums -- raises
   :class:`UnsupportedAttentionArgument` saying what to do instead, unless you
   opt in to the unfused fallback with ``make_attention_fn(fallback=True)``, which
   then runs flax's own ``dot_product_attention`` for those calls only.
@@ -91,13 +95,17 @@ def _unsupported_reason(
     try:
         rate = float(dropout_rate)
     except TypeError:  # a traced rate
-        rate = 1.0
-    if rate != 0.0 and (_is_tracer(deterministic) or not bool(deterministic)):
+        rate = None
+    if rate is None:
         return (
-            f"jax_flash attention_fn got dropout_rate={dropout_rate} with deterministic=False; "
-            "the FlashAttention kernels have no attention dropout yet. Set the module's "
-            "dropout_rate=0.0 (apply dropout to the attention output or residual instead), or "
-            "run it with deterministic=True (evaluation). " + _HOW_TO_FALLBACK
+            "jax_flash attention_fn got a traced dropout_rate; the kernels take the rate as a "
+            "static number. Pass a Python float. " + _HOW_TO_FALLBACK
+        )
+    if rate != 0.0 and _is_tracer(deterministic):
+        return (
+            "jax_flash attention_fn got a traced `deterministic` flag with dropout_rate="
+            f"{dropout_rate}; whether dropout runs must be known when tracing. Pass a Python "
+            "bool. " + _HOW_TO_FALLBACK
         )
     if module is not None:
         return (
@@ -212,8 +220,20 @@ def _attention_fn_impl(
     # `precision` and `force_fp32_for_softmax` are accepted and need nothing: the
     # kernels always accumulate QK^T, the softmax and PV in float32.
     query, key, value = _promote(query, key, value, dtype, promote_dtype)
+    dropout = {}
+    if float(dropout_rate) != 0.0 and not bool(deterministic):
+        if dropout_rng is None:
+            raise UnsupportedAttentionArgument(
+                f"jax_flash attention_fn got dropout_rate={dropout_rate} with "
+                "deterministic=False but no dropout_rng; give the module a dropout stream "
+                "(NNX: rngs=nnx.Rngs(..., dropout=...); Linen: apply(..., rngs={'dropout': key}))."
+            )
+        # The fused kernels draw an independent keep mask per (batch, head, row,
+        # column); flax's broadcast_dropout (one mask shared over the batch axes)
+        # has no fused equivalent and is not applied.
+        dropout = dict(dropout_rate=float(dropout_rate), dropout_rng=dropout_rng)
     return jax_flash.attention(
-        query, key, value, causal=causal, deterministic=_deterministic_grads
+        query, key, value, causal=causal, deterministic=_deterministic_grads, **dropout
     )
 
 
@@ -228,7 +248,7 @@ def make_attention_fn(
         ``flax.linen.MultiHeadDotProductAttention``, which never passes ``is_causal``
         (and then call it with ``mask=None``).
       fallback: when a call has something the kernels cannot fuse (a ``mask`` or
-        ``bias``, dropout with ``deterministic=False``, ``sow_weights``, custom
+        ``bias``, a traced dropout rate, ``sow_weights``, custom
         einsums), run flax's own unfused ``dot_product_attention`` for that call
         (honouring ``causal``) instead of raising
         :class:`UnsupportedAttentionArgument`. Calls that can be fused still are.
