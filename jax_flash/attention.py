@@ -322,14 +322,16 @@ def _bwd_call_jvp(scale, mask, deterministic, primals, tangents):
     _no_higher_order()
 
 
-def _fwd_call(q, k, v, scale: float, causal):
-    """Forward kernel without optional operands (ring attention's building block)."""
-    return _fwd_call_x(q, k, v, NO_EXTRAS, scale, Mask.of(causal))
+def _fwd_call(q, k, v, scale: float, causal, extras: Extras = NO_EXTRAS):
+    """Forward kernel (ring attention's building block); `extras` the optional
+    operands (the ring passes segment ids and ranges only)."""
+    return _fwd_call_x(q, k, v, extras, scale, Mask.of(causal))
 
 
-def _bwd_call(q, k, v, o, lse, do, scale: float, causal, deterministic: bool):
-    """Backward kernel without optional operands (ring attention's building block)."""
-    return _bwd_call_x(q, k, v, o, lse, do, NO_EXTRAS, scale, Mask.of(causal), deterministic)
+def _bwd_call(q, k, v, o, lse, do, scale: float, causal, deterministic: bool,
+              extras: Extras = NO_EXTRAS):
+    """Backward kernel (ring attention's building block); `extras` as in `_fwd_call`."""
+    return _bwd_call_x(q, k, v, o, lse, do, extras, scale, Mask.of(causal), deterministic)
 
 
 # ---------------------------------------------------------------------------

@@ -36,8 +36,17 @@ import jax.numpy as jnp
 
 import numpy as np
 
-from jax_flash.attention import _bwd_call, _check_inputs, _check_scale, _fwd_call, _make_mask
-from jax_flash.mask import Mask
+from jax_flash.attention import (
+    _bwd_call,
+    _check_inputs,
+    _check_scale,
+    _fwd_call,
+    _int_array,
+    _make_mask,
+    _zero_cotangent,
+    segment_ranges,
+)
+from jax_flash.mask import NO_EXTRAS, Extras, Mask
 
 __all__ = ["ring_attention", "zigzag_permute", "zigzag_unpermute", "shard_map"]
 
@@ -153,27 +162,48 @@ def _step_kind(t: int, causal: bool, zigzag: bool, idx, n: int):
     return ("zigzag" if zigzag else "lower_or_skip"), src < idx
 
 
-def _block_fwd(kind, pred, q, k, v, scale):
-    """Partial (o, lse) of the local q against one visiting K/V shard."""
+def _seg_extras(seg, q_range=None, k_range=None):
+    """The kernel's optional operands for segment ids `seg` = (local q ids,
+    visiting kv ids) or None, restricted to the [start, stop) ranges of q and k
+    rows when given; the per-16 [min, max] ranges are built from the slices."""
+    if seg is None:
+        return NO_EXTRAS
+    qid, kid = seg
+    if q_range is not None:
+        qid = _seq_slice(qid, *q_range, axis=-1)
+    if k_range is not None:
+        kid = _seq_slice(kid, *k_range, axis=-1)
+    return Extras(q_segment_ids=qid, kv_segment_ids=kid, q_segment_ranges=segment_ranges(qid),
+                  kv_segment_ranges=segment_ranges(kid))
+
+
+def _block_fwd(kind, pred, q, k, v, scale, seg=None):
+    """Partial (o, lse) of the local q against one visiting K/V shard (`seg`:
+    None or the (local q, visiting kv) segment ids)."""
     if kind in ("full", "causal"):
-        return _fwd_call(q, k, v, scale, kind == "causal")
+        return _fwd_call(q, k, v, scale, kind == "causal", _seg_extras(seg))
     if kind == "lower_or_skip":
 
-        def skip(q, k, v):  # (zeros_like keeps q's shard_map varying-ness)
+        def skip(q, k, v, seg):  # (zeros_like keeps q's shard_map varying-ness)
             return jnp.zeros_like(q), jnp.full_like(_rows_t(q), -jnp.inf)
 
-        return jax.lax.cond(pred, lambda q, k, v: _fwd_call(q, k, v, scale, False), skip, q, k, v)
+        def full(q, k, v, seg):
+            return _fwd_call(q, k, v, scale, False, _seg_extras(seg))
+
+        return jax.lax.cond(pred, full, skip, q, k, v, seg)
     # zigzag
     c = q.shape[-3] // 2
 
-    def earlier(q, k, v):  # all of q sees the first half of the visiting shard
-        return _fwd_call(q, _seq_slice(k, 0, c), _seq_slice(v, 0, c), scale, False)
+    def earlier(q, k, v, seg):  # all of q sees the first half of the visiting shard
+        return _fwd_call(q, _seq_slice(k, 0, c), _seq_slice(v, 0, c), scale, False,
+                         _seg_extras(seg, k_range=(0, c)))
 
-    def later(q, k, v):  # the second half of q sees all of the visiting shard
-        o1, lse1 = _fwd_call(_seq_slice(q, c, 2 * c), k, v, scale, False)
+    def later(q, k, v, seg):  # the second half of q sees all of the visiting shard
+        o1, lse1 = _fwd_call(_seq_slice(q, c, 2 * c), k, v, scale, False,
+                             _seg_extras(seg, q_range=(c, 2 * c)))
         return _pad_front(o1, c), _pad_front(lse1, c, axis=-1, value=-jnp.inf)
 
-    return jax.lax.cond(pred, earlier, later, q, k, v)
+    return jax.lax.cond(pred, earlier, later, q, k, v, seg)
 
 
 def _rows_t(q):
@@ -181,33 +211,36 @@ def _rows_t(q):
     return jnp.swapaxes(jnp.zeros_like(q[..., 0], dtype=jnp.float32), -1, -2)
 
 
-def _block_bwd(kind, pred, q, k, v, o, lse, do, scale, deterministic):
+def _block_bwd(kind, pred, q, k, v, o, lse, do, scale, deterministic, seg=None):
     """(dq, dk, dv) of one block, with the global lse and the final o."""
     if kind in ("full", "causal"):
-        return _bwd_call(q, k, v, o, lse, do, scale, kind == "causal", deterministic)
+        return _bwd_call(q, k, v, o, lse, do, scale, kind == "causal", deterministic,
+                         _seg_extras(seg))
     if kind == "lower_or_skip":
 
-        def skip(q, k, v, o, lse, do):
+        def skip(q, k, v, o, lse, do, seg):
             return jnp.zeros_like(q), jnp.zeros_like(k), jnp.zeros_like(v)
 
-        def full(q, k, v, o, lse, do):
-            return _bwd_call(q, k, v, o, lse, do, scale, False, deterministic)
+        def full(q, k, v, o, lse, do, seg):
+            return _bwd_call(q, k, v, o, lse, do, scale, False, deterministic, _seg_extras(seg))
 
-        return jax.lax.cond(pred, full, skip, q, k, v, o, lse, do)
+        return jax.lax.cond(pred, full, skip, q, k, v, o, lse, do, seg)
     c = q.shape[-3] // 2
 
-    def earlier(q, k, v, o, lse, do):
+    def earlier(q, k, v, o, lse, do, seg):
         dq, dk0, dv0 = _bwd_call(
-            q, _seq_slice(k, 0, c), _seq_slice(v, 0, c), o, lse, do, scale, False, deterministic)
+            q, _seq_slice(k, 0, c), _seq_slice(v, 0, c), o, lse, do, scale, False, deterministic,
+            _seg_extras(seg, k_range=(0, c)))
         return dq, _pad_back(dk0, c), _pad_back(dv0, c)
 
-    def later(q, k, v, o, lse, do):
+    def later(q, k, v, o, lse, do, seg):
         hi = lambda x: _seq_slice(x, c, 2 * c)
         dq1, dk, dv = _bwd_call(
-            hi(q), k, v, hi(o), _seq_slice(lse, c, 2 * c, axis=-1), hi(do), scale, False, deterministic)
+            hi(q), k, v, hi(o), _seq_slice(lse, c, 2 * c, axis=-1), hi(do), scale, False, deterministic,
+            _seg_extras(seg, q_range=(c, 2 * c)))
         return _pad_front(dq1, c), dk, dv
 
-    return jax.lax.cond(pred, earlier, later, q, k, v, o, lse, do)
+    return jax.lax.cond(pred, earlier, later, q, k, v, o, lse, do, seg)
 
 
 
@@ -341,14 +374,15 @@ def _pad_to(x, start, total, axis=-3, value=0.0):
     return x
 
 
-def _plan_fwd(plan, q, k, v, scale):
+def _plan_fwd(plan, q, k, v, seg, scale):
     """float32 partial (o, lse) of the local q against one visiting K/V shard."""
     lq = q.shape[-3]
     o_acc = jnp.zeros_like(q, dtype=jnp.float32)
     lse_acc = jnp.full_like(_rows_t(q), -jnp.inf)
     for qs, ql, ks, kl, mask in plan:
         o, lse = _fwd_call(_seq_slice(q, qs, qs + ql), _seq_slice(k, ks, ks + kl),
-                           _seq_slice(v, ks, ks + kl), scale, mask)
+                           _seq_slice(v, ks, ks + kl), scale, mask,
+                           _seg_extras(seg, (qs, qs + ql), (ks, ks + kl)))
         o = _pad_to(o.astype(jnp.float32), qs, lq)
         lse = _pad_to(lse, qs, lq, axis=-1, value=-jnp.inf)
         if len(plan) == 1:
@@ -357,7 +391,7 @@ def _plan_fwd(plan, q, k, v, scale):
     return o_acc, lse_acc
 
 
-def _plan_bwd(plan, q, k, v, o, lse, do, scale, deterministic):
+def _plan_bwd(plan, q, k, v, o, lse, do, seg, scale, deterministic):
     """float32 (dq, dk, dv) of one visiting K/V shard, with the global lse and final o."""
     lq, lk = q.shape[-3], k.shape[-3]
     f32 = jnp.float32
@@ -366,28 +400,30 @@ def _plan_bwd(plan, q, k, v, o, lse, do, scale, deterministic):
         rq = lambda x: _seq_slice(x, qs, qs + ql)
         rk = lambda x: _seq_slice(x, ks, ks + kl)
         dq_c, dk_c, dv_c = _bwd_call(rq(q), rk(k), rk(v), rq(o), _seq_slice(lse, qs, qs + ql, axis=-1),
-                                     rq(do), scale, mask, deterministic)
+                                     rq(do), scale, mask, deterministic,
+                                     _seg_extras(seg, (qs, qs + ql), (ks, ks + kl)))
         dq = dq + _pad_to(dq_c.astype(f32), qs, lq)
         dk = dk + _pad_to(dk_c.astype(f32), ks, lk)
         dv = dv + _pad_to(dv_c.astype(f32), ks, lk)
     return dq, dk, dv
 
 
-def _windowed_fwd(t, n, idx, q, k, v, scale, causal, window, zigzag):
+def _windowed_fwd(t, n, idx, q, k, v, seg=None, *, scale, causal, window, zigzag):
     plans, which = _switch_plans(t, n, q.shape[-3], k.shape[-3], causal, window, zigzag, idx)
     branches = [functools.partial(_plan_fwd, p, scale=scale) for p in plans]
     if which is None:
-        return branches[0](q, k, v)
-    return jax.lax.switch(which, branches, q, k, v)
+        return branches[0](q, k, v, seg)
+    return jax.lax.switch(which, branches, q, k, v, seg)
 
 
-def _windowed_bwd(t, n, idx, q, k, v, o, lse, do, scale, causal, window, zigzag, deterministic):
+def _windowed_bwd(t, n, idx, q, k, v, o, lse, do, seg=None, *, scale, causal, window, zigzag,
+                  deterministic):
     plans, which = _switch_plans(t, n, q.shape[-3], k.shape[-3], causal, window, zigzag, idx)
     branches = [functools.partial(_plan_bwd, p, scale=scale, deterministic=deterministic)
                 for p in plans]
     if which is None:
-        return branches[0](q, k, v, o, lse, do)
-    return jax.lax.switch(which, branches, q, k, v, o, lse, do)
+        return branches[0](q, k, v, o, lse, do, seg)
+    return jax.lax.switch(which, branches, q, k, v, o, lse, do, seg)
 
 
 # ---------------------------------------------------------------------------
@@ -398,27 +434,35 @@ def _ring_perm(n):
     return [(i, (i + 1) % n) for i in range(n)]
 
 
-def _ring_forward(q, k, v, scale, causal, zigzag, window, axis_name):
+def _visiting(seg, kv):
+    """(local q ids, visiting kv ids) of a step, or None without segment ids."""
+    return None if seg is None else (seg[0], kv[2])
+
+
+def _ring_forward(q, k, v, seg, scale, causal, zigzag, window, axis_name):
     n = _axis_size(axis_name)
     idx = jax.lax.axis_index(axis_name)
     perm = _ring_perm(n)
     o_acc = jnp.zeros_like(q, dtype=jnp.float32)
     lse_acc = jnp.full_like(_rows_t(q), -jnp.inf)
-    kv = (k, v)
+    # The kv segment ids (if any) travel with their K/V shard.
+    kv = (k, v) if seg is None else (k, v, seg[1])
     for t in range(n):
         # Issue the transfer of the next shard before this step's kernel.
         nxt = jax.lax.ppermute(kv, axis_name, perm) if t < n - 1 else None
+        seg_t = _visiting(seg, kv)
         if window is None:
             kind, pred = _step_kind(t, causal, zigzag, idx, n)
-            o_t, lse_t = _block_fwd(kind, pred, q, kv[0], kv[1], scale)
+            o_t, lse_t = _block_fwd(kind, pred, q, kv[0], kv[1], scale, seg_t)
         else:
-            o_t, lse_t = _windowed_fwd(t, n, idx, q, kv[0], kv[1], scale, causal, window, zigzag)
+            o_t, lse_t = _windowed_fwd(t, n, idx, q, kv[0], kv[1], seg_t, scale=scale,
+                                       causal=causal, window=window, zigzag=zigzag)
         o_acc, lse_acc = _merge(o_acc, lse_acc, o_t, lse_t)
         kv = nxt
     return o_acc.astype(q.dtype), lse_acc
 
 
-def _ring_backward(q, k, v, o, lse, do, dlse, scale, causal, zigzag, window, deterministic,
+def _ring_backward(q, k, v, seg, o, lse, do, dlse, scale, causal, zigzag, window, deterministic,
                    axis_name):
     n = _axis_size(axis_name)
     idx = jax.lax.axis_index(axis_name)
@@ -433,28 +477,29 @@ def _ring_backward(q, k, v, o, lse, do, dlse, scale, causal, zigzag, window, det
         gq = (_rows(g) * q.astype(f32)).astype(q.dtype)
         zeros_o = jnp.zeros_like(q)
         pk_acc = jnp.zeros_like(q, dtype=f32)
-    kv = (k, v)
+    kv = (k, v) if seg is None else (k, v, seg[1])
     for t in range(n):
         nxt = jax.lax.ppermute(kv, axis_name, perm) if t < n - 1 else None
+        seg_t = _visiting(seg, kv)
         if window is None:
             kind, pred = _step_kind(t, causal, zigzag, idx, n)
-            block_fwd = lambda q, k, v: _block_fwd(kind, pred, q, k, v, scale)
-            block_bwd = lambda q, k, v, o, lse, do: _block_bwd(
-                kind, pred, q, k, v, o, lse, do, scale, deterministic)
+            block_fwd = lambda q, k, v, seg: _block_fwd(kind, pred, q, k, v, scale, seg)
+            block_bwd = lambda q, k, v, o, lse, do, seg: _block_bwd(
+                kind, pred, q, k, v, o, lse, do, scale, deterministic, seg)
         else:
             block_fwd = functools.partial(_windowed_fwd, t, n, idx, scale=scale, causal=causal,
                                           window=window, zigzag=zigzag)
             block_bwd = functools.partial(_windowed_bwd, t, n, idx, scale=scale, causal=causal,
                                           window=window, zigzag=zigzag, deterministic=deterministic)
-        dq_t, dk_t, dv_t = block_bwd(q, kv[0], kv[1], o, lse, do)
+        dq_t, dk_t, dv_t = block_bwd(q, kv[0], kv[1], o, lse, do, seg_t)
         dq = dq + dq_t.astype(f32)
         dk = dk + dk_t.astype(f32)
         dv = dv + dv_t.astype(f32)
         if dlse is not None:
-            pk_t, lse_t = block_fwd(q, kv[0], kv[0])
+            pk_t, lse_t = block_fwd(q, kv[0], kv[0], seg_t)
             safe = jnp.where(jnp.isfinite(lse), lse, 0.0)
             pk_acc = pk_acc + pk_t.astype(f32) * _rows(jnp.exp(lse_t - safe))
-            _, _, pt_gq = block_bwd(q, kv[0], kv[0], zeros_o, lse, gq)
+            _, _, pt_gq = block_bwd(q, kv[0], kv[0], zeros_o, lse, gq, seg_t)
             dk = dk + scale * pt_gq.astype(f32)
         # dK/dV travel with their shard; the n-th transfer brings them home.
         dk, dv = jax.lax.ppermute((dk, dv), axis_name, perm)
@@ -464,26 +509,28 @@ def _ring_backward(q, k, v, o, lse, do, dlse, scale, causal, zigzag, window, det
     return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6, 7, 8))
-def _ring(q, k, v, scale, causal, zigzag, window, deterministic, axis_name):
-    return _ring_forward(q, k, v, scale, causal, zigzag, window, axis_name)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7, 8, 9))
+def _ring(q, k, v, seg, scale, causal, zigzag, window, deterministic, axis_name):
+    return _ring_forward(q, k, v, seg, scale, causal, zigzag, window, axis_name)
 
 
-def _ring_fwd_rule(q, k, v, scale, causal, zigzag, window, deterministic, axis_name):
+def _ring_fwd_rule(q, k, v, seg, scale, causal, zigzag, window, deterministic, axis_name):
     q, k, v = q.value, k.value, v.value
-    o, lse = _ring_forward(q, k, v, scale, causal, zigzag, window, axis_name)
-    return (o, lse), (q, k, v, o, lse)
+    seg = jax.tree.map(lambda x: x.value, seg)
+    o, lse = _ring_forward(q, k, v, seg, scale, causal, zigzag, window, axis_name)
+    return (o, lse), (q, k, v, seg, o, lse)
 
 
 def _ring_bwd_rule(scale, causal, zigzag, window, deterministic, axis_name, residuals, cotangents):
-    q, k, v, o, lse = residuals
+    q, k, v, seg, o, lse = residuals
     do, dlse = cotangents
     sym_zero = jax.custom_derivatives.SymbolicZero
     if isinstance(do, sym_zero):
         do = jnp.zeros_like(o)
     dlse = None if isinstance(dlse, sym_zero) else dlse
-    return _ring_backward(q, k, v, o, lse, do.astype(o.dtype), dlse, scale, causal, zigzag,
-                          window, deterministic, axis_name)
+    dq, dk, dv = _ring_backward(q, k, v, seg, o, lse, do.astype(o.dtype), dlse, scale, causal,
+                                zigzag, window, deterministic, axis_name)
+    return dq, dk, dv, jax.tree.map(_zero_cotangent, seg)
 
 
 _ring.defvjp(_ring_fwd_rule, _ring_bwd_rule, symbolic_zeros=True)
@@ -491,6 +538,27 @@ _ring.defvjp(_ring_fwd_rule, _ring_bwd_rule, symbolic_zeros=True)
 
 # ---------------------------------------------------------------------------
 # Public API.
+
+
+def _ring_segments(q, k, q_segment_ids, kv_segment_ids):
+    """(q ids, kv ids) as int32 local shards, or None without segment ids."""
+    if kv_segment_ids is not None and q_segment_ids is None:
+        raise ValueError("jax_flash.ring_attention: kv_segment_ids needs q_segment_ids")
+    if q_segment_ids is None:
+        return None
+    batch, sq, sk = tuple(q.shape[:-3]), q.shape[-3], k.shape[-3]
+    qs = _int_array(q_segment_ids, "q_segment_ids", batch + (sq,),
+                    "q.shape[:-3] + (local seqlen_q,)")
+    if kv_segment_ids is None:
+        if sq != sk:
+            raise ValueError(
+                "jax_flash.ring_attention: kv_segment_ids is required when the q and k/v shards "
+                f"have different lengths (got q_segment_ids.shape={tuple(qs.shape)} and k/v shard "
+                f"length {sk})")
+        kv_segment_ids = qs
+    ks = _int_array(kv_segment_ids, "kv_segment_ids", batch + (sk,),
+                    "k.shape[:-3] + (local seqlen_k,)")
+    return jnp.asarray(qs, jnp.int32), jnp.asarray(ks, jnp.int32)
 
 
 def ring_attention(
@@ -505,6 +573,8 @@ def ring_attention(
     return_lse: bool = False,
     deterministic: bool = False,
     local_window_size: int | tuple[int, int] | None = None,
+    q_segment_ids=None,
+    kv_segment_ids=None,
 ):
     """Sequence-parallel (ring) attention; call it inside `shard_map`.
 
@@ -533,8 +603,14 @@ def ring_attention(
         distinct plans). The K/V shards still travel the whole ring. Like
         `query_offset` and `logits_soft_cap` in `jax_flash.attention`, windows
         run on the CPU kernels until the CUDA target has them.
-
-    Segment ids (packed sequences) are not supported by the ring.
+      q_segment_ids, kv_segment_ids: int32 [batch..., seqlen_q / n] and
+        [batch..., seqlen_k / n], this device's shards of the segment ids
+        (packed documents), in the same token order as q and k/v (zigzag or
+        contiguous): as in `jax_flash.attention`, query i sees key j only when
+        their ids are equal (and, with causal, j is not after i; combines with
+        local_window_size). kv_segment_ids defaults to q_segment_ids when the
+        shards have equal lengths. The kv ids travel around the ring with their
+        K/V shard; without segment ids nothing extra is sent.
 
     Returns:
       o shaped like q, or (o, lse) when return_lse.
@@ -557,6 +633,7 @@ def ring_attention(
             "jax_flash.ring_attention: zigzag shards hold two equal chunks, so the local "
             f"sequence lengths must be even, got q.shape={tuple(q.shape)}, k.shape={tuple(k.shape)}"
         )
+    seg = _ring_segments(q, k, q_segment_ids, kv_segment_ids)
     q, k, v = jnp.asarray(q), jnp.asarray(k), jnp.asarray(v)
-    o, lse = _ring(q, k, v, s, bool(causal), zigzag, window, bool(deterministic), axis_name)
+    o, lse = _ring(q, k, v, seg, s, bool(causal), zigzag, window, bool(deterministic), axis_name)
     return (o, lse) if return_lse else o

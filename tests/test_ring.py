@@ -283,3 +283,108 @@ def test_ring_local_window_errors():
     q, k, v = random_qkv(66, 1, 6, 6, 2, 2, 8, jnp.float32)  # 3 per device: odd
     with pytest.raises(ValueError, match="must be even"):
         jax.jit(_ring_fn(mesh, False, True, local_window_size=2))(q, k, v)
+
+
+# ---------------------------------------------------------------------------
+# Segment ids (packed documents): the kv ids travel around the ring with K/V.
+
+
+def _packed_ids(seed, batch, s, docs):
+    """Sorted random segment ids [batch, s] (documents of random lengths)."""
+    rng = np.random.default_rng(seed)
+    return jnp.asarray(np.sort(rng.integers(0, docs, (batch, s)), axis=-1), jnp.int32)
+
+
+def _seg_ring(mesh, n, causal, zigzag, q_ids, kv_ids, pass_kv=True, **kw):
+    """The ring with segment ids as a function of unsharded q, k, v."""
+    spec, ids_spec = P(None, "sp"), P(None, "sp")
+
+    def local(q, k, v, qi, ki):
+        return jax_flash.ring_attention(q, k, v, axis_name="sp", causal=causal, zigzag=zigzag,
+                                        q_segment_ids=qi, kv_segment_ids=ki if pass_kv else None,
+                                        **kw)
+
+    ring = shard_map(local, mesh=mesh, in_specs=(spec,) * 3 + (ids_spec,) * 2, out_specs=spec)
+    if not zigzag:
+        return lambda q, k, v: ring(q, k, v, q_ids, kv_ids)
+    zz = lambda x, a=-3: jax_flash.zigzag_permute(x, n, a)
+    return lambda q, k, v: jax_flash.zigzag_unpermute(
+        ring(zz(q), zz(k), zz(v), zz(q_ids, -1), zz(kv_ids, -1)), n)
+
+
+SEGMENT_CASES = [
+    # (causal, zigzag, hq, hkv, window)
+    (True, True, 4, 2, None),
+    (False, False, 4, 2, None),
+    (True, False, 4, 1, None),
+    (True, True, 4, 2, 6),
+]
+
+
+@pytest.mark.parametrize("causal,zigzag,hq,hkv,window", SEGMENT_CASES, ids=lambda c: str(c))
+def test_ring_segment_ids_match_unsharded(causal, zigzag, hq, hkv, window):
+    n = min(4, RING_SIZES[-1])
+    s = 8 * n
+    q, k, v = random_qkv(70, 2, s, s, hq, hkv, 8, jnp.float32)
+    w = random_qkv(71, 2, s, s, hq, hkv, 8, jnp.float32)[0]
+    ids = _packed_ids(72, 2, s, 5)
+    kw = {} if window is None else dict(local_window_size=window)
+    ring = _seg_ring(_mesh(n), n, causal, zigzag, ids, ids, pass_kv=False, **kw)
+    ref = lambda q, k, v: jax_flash.attention(q, k, v, causal=causal, q_segment_ids=ids,
+                                              kv_segment_ids=ids, **kw)
+    _assert_close(jax.jit(_with_grads(ring, w))(q, k, v), jax.jit(_with_grads(ref, w))(q, k, v))
+
+
+def test_ring_segment_ids_unequal_lengths_and_lse_gradient():
+    n = min(4, RING_SIZES[-1])
+    mesh = _mesh(n)
+    # Non-causal, different q and kv ids and lengths (3 and 5 tokens a device).
+    q, k, v = random_qkv(73, 1, 3 * n, 5 * n, 4, 2, 8, jnp.float32)
+    w = random_qkv(74, 1, 3 * n, 5 * n, 4, 2, 8, jnp.float32)[0]
+    q_ids, kv_ids = _packed_ids(75, 1, 3 * n, 3), _packed_ids(76, 1, 5 * n, 3)
+    ring = _seg_ring(mesh, n, False, False, q_ids, kv_ids)
+    ref = lambda q, k, v: jax_flash.attention(q, k, v, q_segment_ids=q_ids, kv_segment_ids=kv_ids)
+    _assert_close(jax.jit(_with_grads(ring, w))(q, k, v), jax.jit(_with_grads(ref, w))(q, k, v))
+    # The lse output and its cotangent, causal zigzag.
+    s = 4 * n
+    q, k, v = random_qkv(77, 1, s, s, 2, 2, 8, jnp.float32)
+    ids = _packed_ids(78, 1, s, 4)
+    spec = P(None, "sp")
+    local = lambda q, k, v, i: jax_flash.ring_attention(
+        q, k, v, axis_name="sp", causal=True, zigzag=True, q_segment_ids=i, return_lse=True)
+    ring = shard_map(local, mesh=mesh, in_specs=(spec,) * 4, out_specs=(spec, P(None, None, "sp")))
+    zz = lambda x, a=-3: jax_flash.zigzag_permute(x, n, a)
+
+    def ring_loss(q, k, v):
+        o, lse = ring(zz(q), zz(k), zz(v), zz(ids, -1))
+        o, lse = jax_flash.zigzag_unpermute(o, n), jax_flash.zigzag_unpermute(lse, n, -1)
+        return jnp.sum(jnp.tanh(o)) + 0.3 * jnp.sum(jnp.sin(lse)), (o, lse)
+
+    def ref_loss(q, k, v):
+        o, lse = jax_flash.attention(q, k, v, causal=True, q_segment_ids=ids, return_lse=True)
+        return jnp.sum(jnp.tanh(o)) + 0.3 * jnp.sum(jnp.sin(lse)), (o, lse)
+
+    g = jax.jit(jax.grad(ring_loss, argnums=(0, 1, 2), has_aux=True))(q, k, v)
+    _assert_close(g, jax.jit(jax.grad(ref_loss, argnums=(0, 1, 2), has_aux=True))(q, k, v), atol=5e-5)
+
+
+def test_ring_segment_ids_errors():
+    mesh = _mesh(2)
+    spec = P(None, "sp")
+    q, k, v = random_qkv(79, 1, 8, 12, 2, 2, 8, jnp.float32)
+    ids = jnp.zeros((1, 8), jnp.int32)
+
+    def run(qi, ki, **kw):
+        local = lambda q, k, v, *i: jax_flash.ring_attention(
+            q, k, v, axis_name="sp", q_segment_ids=i[0] if i else None,
+            kv_segment_ids=ki if ki is None else i[1], **kw)
+        args = [x for x in (qi, ki) if x is not None]
+        fn = shard_map(local, mesh=mesh, in_specs=(spec,) * (3 + len(args)), out_specs=spec)
+        return jax.jit(fn)(q, k, v, *args)
+
+    with pytest.raises(ValueError, match="kv_segment_ids is required"):
+        run(ids, None)
+    with pytest.raises(ValueError, match="must have shape"):
+        run(ids, jnp.zeros((1, 8), jnp.int32))
+    with pytest.raises(TypeError, match="integer dtype"):
+        run(ids.astype(jnp.float32), jnp.zeros((1, 12), jnp.int32))
