@@ -96,15 +96,20 @@ def is_traced(x) -> bool:
     return False
 
 
+def _static_float(value, name: str) -> float:
+    """A static Python number as float: traced values and non-numbers raise TypeError."""
+    if is_traced(value):
+        raise TypeError(f"jax_flash.attention: {name} must be a static Python number, not a traced value")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"jax_flash.attention: {name} must be a number, got {value!r}") from None
+
+
 def _check_scale(scale, head_dim: int) -> float:
     if scale is None:
         return 1.0 / math.sqrt(head_dim)
-    if is_traced(scale):
-        raise TypeError("jax_flash.attention: scale must be a static Python number, not a traced value")
-    try:
-        s = float(scale)
-    except (TypeError, ValueError):
-        raise TypeError(f"jax_flash.attention: scale must be a number, got {scale!r}") from None
+    s = _static_float(scale, "scale")
     if not math.isfinite(s):
         raise ValueError(f"jax_flash.attention: scale must be finite, got {s}")
     return s
@@ -136,9 +141,7 @@ def _make_mask(causal, local_window_size, logits_soft_cap, query_offset, dropout
                              f"got {local_window_size!r}")
     cap = 0.0
     if logits_soft_cap is not None:
-        if is_traced(logits_soft_cap):
-            raise TypeError("jax_flash.attention: logits_soft_cap must be a static Python number")
-        cap = float(logits_soft_cap)
+        cap = _static_float(logits_soft_cap, "logits_soft_cap")
         if not (math.isfinite(cap) and cap > 0):
             raise ValueError(f"jax_flash.attention: logits_soft_cap must be a positive finite "
                              f"number, got {logits_soft_cap!r}")
@@ -223,12 +226,7 @@ def _dropout_seed(dropout_rng):
 def _check_dropout_rate(dropout_rate) -> float:
     if dropout_rate is None:
         return 0.0
-    if is_traced(dropout_rate):
-        raise TypeError("jax_flash.attention: dropout_rate must be a static Python float")
-    try:
-        rate = float(dropout_rate)
-    except (TypeError, ValueError):
-        raise TypeError(f"jax_flash.attention: dropout_rate must be a number, got {dropout_rate!r}") from None
+    rate = _static_float(dropout_rate, "dropout_rate")
     if not 0.0 <= rate < 1.0:
         raise ValueError(f"jax_flash.attention: dropout_rate must be in [0, 1), got {dropout_rate!r}")
     return rate
