@@ -436,6 +436,30 @@ def _bwd_fn(scale: float, causal: bool, deterministic: bool, group: int, hkv: in
     return call
 
 
+@functools.lru_cache(maxsize=None)
+def _bare_fwd_fn(scale: float, causal: bool, present: int):
+    """The bare forward call (no partitioning) for use inside shard_map, with
+    the same vmap rule as the partitioned one (the dropout seed is not
+    broadcast over the vmapped axis)."""
+    @custom_vmap
+    def call(q, k, v, *aux):
+        return ffi_fwd(q, k, v, scale, causal, Extras.from_arrays(present, aux))
+
+    call.def_vmap(_broadcast_rule(call, 2, 3, present))
+    return call
+
+
+@functools.lru_cache(maxsize=None)
+def _bare_bwd_fn(scale: float, causal: bool, deterministic: bool, present: int):
+    @custom_vmap
+    def call(q, k, v, o, lse, do, *aux):
+        return ffi_bwd(q, k, v, o, lse, do, scale, causal, deterministic,
+                       Extras.from_arrays(present, aux))
+
+    call.def_vmap(_broadcast_rule(call, 3, 6, present))
+    return call
+
+
 def _inside_shard_map() -> bool:
     """True while tracing inside shard_map (some mesh axes manual). There each
     device runs the kernel on its block, so the bare FFI call is used."""
@@ -448,7 +472,8 @@ def _inside_shard_map() -> bool:
 def fwd(q, k, v, scale: float, causal: bool, extras: Extras = NO_EXTRAS):
     """(o, lse) of the forward kernel; shards over batch and heads under jit."""
     if _inside_shard_map():
-        return ffi_fwd(q, k, v, scale, causal, extras)
+        fn = _bare_fwd_fn(float(scale), Mask.of(causal), extras.present())
+        return fn(q, k, v, *extras.arrays())
     group = q.shape[-2] // k.shape[-2]
     fn = _fwd_fn(float(scale), Mask.of(causal), int(group), int(k.shape[-2]), extras.present())
     o, lse = fn(q, k, v, *extras.arrays())
@@ -459,7 +484,8 @@ def bwd(q, k, v, o, lse, do, scale: float, causal: bool, deterministic: bool,
         extras: Extras = NO_EXTRAS):
     """(dq, dk, dv) of the backward kernel; shards over batch and heads under jit."""
     if _inside_shard_map():
-        return ffi_bwd(q, k, v, o, lse, do, scale, causal, deterministic, extras)
+        fn = _bare_bwd_fn(float(scale), Mask.of(causal), bool(deterministic), extras.present())
+        return fn(q, k, v, o, lse, do, *extras.arrays())
     group = q.shape[-2] // k.shape[-2]
     fn = _bwd_fn(float(scale), Mask.of(causal), bool(deterministic), int(group),
                  int(k.shape[-2]), extras.present())

@@ -347,6 +347,27 @@ def test_options_inside_shard_map_use_the_bare_call():
     np.testing.assert_allclose(o, ref, atol=2e-6)
 
 
+def test_dropout_under_vmap_inside_shard_map():
+    """vmap inside shard_map with dropout: the seed stays one key for all the
+    vmapped instances (it used to be broadcast and refused by the kernel).
+    Each device's block equals the same computation run unsharded on it."""
+    mesh = _cpu_mesh()
+    x = jax.random.normal(jax.random.key(3), (8, 3, 20, 2, 8), jnp.float32)
+    key = jax.random.key(4)
+    inner = lambda x: jax.vmap(lambda t: jax_flash.attention(
+        t, t, t, causal=True, dropout_rate=0.25, dropout_rng=key))(x)
+    f = shard_map(inner, mesh=mesh, in_specs=P(("b", "h")), out_specs=P(("b", "h")))
+    xs = jax.device_put(x, NamedSharding(mesh, P(("b", "h"))))
+    o = jax.jit(f)(xs)
+    g = jax.jit(jax.grad(lambda x: jnp.sum(f(x) ** 2)))(xs)
+    for i in range(8):
+        np.testing.assert_array_equal(np.asarray(o[i:i + 1]), np.asarray(inner(x[i:i + 1])))
+        g_i = jax.grad(lambda x: jnp.sum(inner(x) ** 2))(x[i:i + 1])
+        np.testing.assert_allclose(np.asarray(g[i:i + 1]), np.asarray(g_i), atol=1e-6)
+    # Dropout really ran: some probabilities were zeroed.
+    assert not np.allclose(np.asarray(o), np.asarray(jax.vmap(jax.vmap(
+        lambda t: jax_flash.attention(t, t, t, causal=True)))(x)), atol=1e-3)
+
 Q_SHAPE = (2, 8, 4, 8)
 K_SHAPE = (2, 12, 2, 8)
 I32 = jnp.int32
