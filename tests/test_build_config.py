@@ -1,0 +1,53 @@
+"""The CUDA target choice of the build (cmake/cuda_archs.cmake): JAX_FLASH_CUDA_ARCHS=auto
+builds for the GPUs nvidia-smi lists, and for 80;90a when there is none."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import subprocess
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+CMAKE = shutil.which("cmake")
+pytestmark = pytest.mark.skipif(CMAKE is None, reason="cmake not on PATH")
+
+
+def _detect(tmp_path, smi_script: str | None) -> list[str]:
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    if smi_script is not None:
+        smi = bindir / "nvidia-smi"
+        smi.write_text("#!/bin/sh\n" + smi_script)
+        smi.chmod(0o755)
+    driver = tmp_path / "detect.cmake"
+    driver.write_text(f'include("{ROOT / "cmake" / "cuda_archs.cmake"}")\n'
+                      'jax_flash_detect_archs(A)\nmessage("ARCHS=${A}")\n')
+    # Only our fake bin dir and the system dirs: a real nvidia-smi elsewhere must not answer.
+    env = dict(os.environ, PATH=f"{bindir}:/usr/bin:/bin")
+    out = subprocess.run([CMAKE, "-P", str(driver)], env=env, capture_output=True, text=True, check=True)
+    line = next(l for l in out.stderr.splitlines() if l.startswith("ARCHS="))
+    return line[len("ARCHS="):].split(";")
+
+
+@pytest.mark.parametrize(
+    "caps,expected",
+    [
+        ("9.0", ["90a"]),
+        ("9.0\\n9.0", ["90a"]),
+        ("8.0\\n8.6", ["80"]),
+        ("9.0\\n8.9", ["90a", "80"]),
+        ("12.0", ["80"]),  # newer than every target: the embedded sm_80 PTX
+    ],
+)
+def test_auto_targets_follow_the_visible_gpus(tmp_path, caps, expected):
+    assert _detect(tmp_path, f'printf "{caps}\\n"\n') == expected
+
+
+@pytest.mark.parametrize("smi", [None, "exit 9\n", 'printf "7.5\\n"\n'])
+def test_auto_targets_without_a_usable_gpu(tmp_path, smi):
+    if smi is None and os.path.exists("/usr/bin/nvidia-smi"):
+        pytest.skip("a system nvidia-smi would answer")
+    assert _detect(tmp_path, smi) == ["80", "90a"]
