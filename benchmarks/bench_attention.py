@@ -39,6 +39,9 @@ def _pallas_mha():
 def make_impls(on_gpu: bool, wanted: list[str]):
     impls = {
         "jax_flash": lambda q, k, v, causal: jax_flash.attention(q, k, v, causal=causal),
+        # Atomic-free backward (bitwise reproducible); opt-in: --impls ... jax_flash_det
+        "jax_flash_det": lambda q, k, v, causal: jax_flash.attention(q, k, v, causal=causal,
+                                                                     deterministic=True),
         "xla": lambda q, k, v, causal: jax.nn.dot_product_attention(q, k, v, is_causal=causal, implementation="xla"),
     }
     if on_gpu:
@@ -77,7 +80,8 @@ def main(argv=None):
                     default=[512, 1024, 2048, 4096, 8192, 16384] if on_gpu else [256, 512, 1024, 2048])
     ap.add_argument("--causal", choices=["both", "yes", "no"], default="both")
     ap.add_argument("--modes", nargs="+", default=["fwd", "fwd_bwd"], choices=["fwd", "fwd_bwd"])
-    ap.add_argument("--impls", nargs="+", default=["jax_flash", "cudnn", "xla", "pallas"])
+    ap.add_argument("--impls", nargs="+", default=["jax_flash", "cudnn", "xla", "pallas"],
+                    help="of jax_flash, jax_flash_det (deterministic backward), cudnn, xla, pallas")
     ap.add_argument("--xla-max-seqlen", type=int, default=4096,
                     help="skip the materialising XLA path above this (it runs out of memory)")
     ap.add_argument("--out", help="write JSON records here")
