@@ -25,6 +25,11 @@ for stage in $stages; do
       rc=$?
       echo "build rc=$rc in $(( $(date +%s) - start )) s on $(nproc) cores" | tee -a "$OUT/summary.txt"
       [ $rc -eq 0 ] || { tail -50 "$OUT/build.log"; exit 1; }
+      # Per-unit compile times (ninja log: start, end in ms), longest first.
+      for f in build/*/.ninja_log; do
+        [ -f "$f" ] && awk 'NR > 1 { printf "%7.1f s  %s\n", ($2 - $1) / 1000, $4 }' "$f" | sort -rn >"$OUT/compile_times.txt"
+      done
+      head -5 "$OUT/compile_times.txt" 2>/dev/null
       (cd /tmp && python3 -m jax_flash --no-timing) 2>&1 | tee "$OUT/selfcheck.txt" | tail -8
       ;;
     test)
