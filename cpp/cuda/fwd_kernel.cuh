@@ -82,20 +82,23 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(const __grid_
     n_first = n_blocks - 1;
   }
   // Next key tile to visit below n (n_stop - 1 when none), skipping tiles
-  // whose segment ids cannot meet the query tile's. The visited tile's id
-  // range is read again in its iteration (no range carried in registers).
-  auto prev_tile = [&](int n) {
+  // whose segment ids cannot meet the query tile's; rng gets its id range.
+  // The generic kernel carries the range to the tile's iteration; the
+  // masks-only kernel reads it again there (fewer registers: no spills).
+  [[maybe_unused]] Variant::SegRange k_rng, k_rng_next;
+  auto prev_tile = [&](int n, Variant::SegRange& rng) {
     --n;
     if constexpr (kVariants != 0) {
       if (var.segments()) {
         for (; n >= n_stop; --n) {
-          if (!Variant::disjoint(q_rng, var.k_range(n * kBlockN, kBlockN))) break;
+          rng = var.k_range(n * kBlockN, kBlockN);
+          if (!Variant::disjoint(q_rng, rng)) break;
         }
       }
     }
     return n;
   };
-  if constexpr (kVariants != 0) n_first = prev_tile(n_first);
+  if constexpr (kVariants != 0) n_first = prev_tile(n_first, k_rng);
 
   // ---- global tensors (BTNH, int64 strides) ----
   const Element* q_ptr = static_cast<const Element*>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride;
@@ -197,8 +200,12 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(const __grid_
   for (; n_block >= n_stop;) {
     const int col0 = n_block * kBlockN;
     bool need_mask = false;
+    [[maybe_unused]] bool seg = false;
     if constexpr (kVariants == 0) {
       need_mask = tile_needs_mask<kBlockM, kBlockN>(row0, col0, p.seqlen_k, p.causal);
+    } else if constexpr (kVariants == kVarGeneral) {
+      need_mask = var.tile_needs_mask(row0, kBlockM, col0, kBlockN, q_rng, k_rng);
+      seg = var.tile_seg_check(q_rng, k_rng);
     }
     Tensor acc_s = partition_fragment_C(mma, Shape<Int<kBlockM>, Int<kBlockN>>{});
     clear(acc_s);
@@ -209,12 +216,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(const __grid_
 
     gemm_smem_smem(acc_s, rQ, rK, sQ_part, sK_part, mma, s2r_q, s2r_k, tid);
     // After the MMAs are issued: the segment range loads overlap them.
-    const int n_next = prev_tile(n_block);
-    [[maybe_unused]] bool seg = false;
-    if constexpr (kVariants != 0) {
-      const Variant::SegRange k_rng = var.k_range(col0, kBlockN);
-      need_mask = var.tile_needs_mask(row0, kBlockM, col0, kBlockN, q_rng, k_rng);
-      seg = var.tile_seg_check(q_rng, k_rng);
+    const int n_next = prev_tile(n_block, k_rng_next);
+    if constexpr (kVariants == kVarMasks) {
+      const Variant::SegRange k_rng_here = var.k_range(col0, kBlockN);
+      need_mask = var.tile_needs_mask(row0, kBlockM, col0, kBlockN, q_rng, k_rng_here);
+      seg = var.tile_seg_check(q_rng, k_rng_here);
     }
 
     if (pre_scale) {
@@ -316,6 +322,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(const __grid_
     Tensor rP_a = make_tensor(rP.data(), acc_as_a_layout(rP.layout()));
     gemm_reg_smem(acc_o, rP_a, rVt, sVt_part, mma, s2r_v, tid);
     n_block = n_next;
+    if constexpr (kVariants == kVarGeneral) k_rng = k_rng_next;
   }
 
   // ---- epilogue ----
