@@ -204,8 +204,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(const __grid_
     if constexpr (kVariants == 0) {
       need_mask = tile_needs_mask<kBlockM, kBlockN>(row0, col0, p.seqlen_k, p.causal);
     } else if constexpr (kVariants == kVarGeneral) {
+      // (The generic kernel compares ids on every masked tile: a per-tile
+      // flag there compiled to more spills.)
       need_mask = var.tile_needs_mask(row0, kBlockM, col0, kBlockN, q_rng, k_rng);
-      seg = var.tile_seg_check(q_rng, k_rng);
     }
     Tensor acc_s = partition_fragment_C(mma, Shape<Int<kBlockM>, Int<kBlockN>>{});
     clear(acc_s);
@@ -239,7 +240,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(const __grid_
             const int col = col0 + get<1>(tSc_rc(r, c));
             float dt;
             const float l = var.logit_log2(s_rc(r, c), p.scale, row, col, dt);
-            s_rc(r, c) = (!need_mask || var.visible(row, col, q_ids[r], seg)) ? l : -INFINITY;
+            s_rc(r, c) = (!need_mask || var.visible(row, col, q_ids[r])) ? l : -INFINITY;
           }
         }
       } else if (kVariants == kVarGeneral && need_mask) {
@@ -250,7 +251,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(const __grid_
           const int row = row0 + get<0>(tSc_rc(r, 0));
 #pragma unroll
           for (int c = 0; c < size<1>(s_rc); ++c) {
-            if (!var.visible(row, col0 + get<1>(tSc_rc(r, c)), q_ids[r], seg)) s_rc(r, c) = -INFINITY;
+            if (!var.visible(row, col0 + get<1>(tSc_rc(r, c)), q_ids[r])) s_rc(r, c) = -INFINITY;
           }
         }
       } else if (need_mask) {

@@ -230,8 +230,15 @@ struct Variant {
     if (seg && int(p.kv_segment_ids[int64_t(batch) * p.seqlen_k + col]) != qid) return false;
     return true;
   }
+  // (Written out rather than delegating: the generic forward kernel sits at
+  // 255 registers and the delegating form compiled to more spills.)
   __device__ __forceinline__ bool visible(int row, int col, int qid) const {
-    return visible(row, col, qid, segments());
+    if (row >= q_len || col >= kv_len) return false;
+    const int64_t pos = int64_t(row) + offset;
+    if (right() >= 0 && int64_t(col) > pos + right()) return false;
+    if (left() >= 0 && int64_t(col) < pos - left()) return false;
+    if (segments() && int(p.kv_segment_ids[int64_t(batch) * p.seqlen_k + col]) != qid) return false;
+    return true;
   }
 
   // Whether logits change beyond scale and masks (soft-cap, ALiBi): then the
