@@ -25,6 +25,10 @@ cudaError_t run_bwd_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStre
 template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_var_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream);
 
+// Masks-only variants (no soft-cap, ALiBi, dropout): kernels without that code.
+template <DType kDType, int kHeadDim>
+cudaError_t run_bwd_varm_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream);
+
 // Workspace: [dsum: B*Hq*Sq floats][dq accumulator: B*Hq*Sq*kHeadDim floats,
 // atomic mode only], each part 256 B aligned.
 inline size_t bwd_align256(size_t n) { return (n + 255) & ~size_t(255); }

@@ -99,6 +99,36 @@ __device__ __forceinline__ void scores_to_probs(Acc& s, Coords const& cs, Lse2 c
   }
 }
 
+// Masks-only variants: S -> P like scores_to_probs, with the Variant's
+// visibility (band, lengths: 32-bit tile-relative tests; segment ids only
+// where the tile's ids are not one) on tiles that need element masks.
+template <class Acc, class Coords, class Lse2, class Qid>
+__device__ __forceinline__ void variant_mask_probs(Acc& s, Coords const& cs, const Variant& var,
+                                                   Lse2 const& lse2, float scale_log2, bool mask,
+                                                   bool seg, int row0, int col0, Qid const& qid) {
+  Tensor srr = make_tensor(s.data(), rowcol(s.layout()));
+  Tensor crr = make_tensor(cs.data(), rowcol(cs.layout()));
+  CUTE_UNROLL
+  for (int mi = 0; mi < size<0>(srr); ++mi) {
+    const int r = get<0>(crr(mi, 0));
+    const float l2 = lse2(mi, r);
+    if (!mask) {
+      CUTE_UNROLL
+      for (int ni = 0; ni < size<1>(srr); ++ni) srr(mi, ni) = exp2f(srr(mi, ni) * scale_log2 - l2);
+    } else {
+      const Variant::TileMask tm = var.tile_mask(row0, col0);
+      const int id = seg ? qid(mi, row0 + r) : 0;
+      CUTE_UNROLL
+      for (int ni = 0; ni < size<1>(srr); ++ni) {
+        const int c = get<1>(crr(mi, ni));
+        bool keep = tm(r, c);
+        if (seg) keep = keep && var.kv_id_is(col0 + c, id);
+        srr(mi, ni) = keep ? exp2f(srr(mi, ni) * scale_log2 - l2) : 0.f;
+      }
+    }
+  }
+}
+
 // dP (in place) -> dS = P * (dP - D).
 template <class AccP, class AccdP, class Coords, class Dsum>
 __device__ __forceinline__ void probs_to_dscores(AccP const& pr, AccdP& dp, Coords const& cs,
@@ -128,7 +158,7 @@ __device__ __forceinline__ float lse_to_log2(float l) {
 template <bool kTransform, class Acc, class AccdP, class Coords, class Lse2, class Dsum, class Qid>
 __device__ __forceinline__ void variant_probs_dscores(Acc& s, AccdP& dp, Coords const& cs,
                                                       const Variant& var, float scale,
-                                                      float scale_log2, bool mask,
+                                                      float scale_log2, bool mask, bool seg,
                                                       int row0, int col0, Lse2 const& lse2,
                                                       Dsum const& dsum, Qid const& qid) {
   Tensor srr = make_tensor(s.data(), rowcol(s.layout()));
@@ -145,7 +175,7 @@ __device__ __forceinline__ void variant_probs_dscores(Acc& s, AccdP& dp, Coords 
       row[e] = row0 + r;
       l2[e] = lse2(mi + e, r);
       d[e] = dsum(mi + e, r);
-      id[e] = mask ? qid(mi + e, row[e]) : 0;
+      id[e] = (mask && seg) ? qid(mi + e, row[e]) : 0;
     }
     CUTE_UNROLL
     for (int ni = 0; ni < size<1>(srr); ni += 2) {
@@ -164,7 +194,7 @@ __device__ __forceinline__ void variant_probs_dscores(Acc& s, AccdP& dp, Coords 
         } else {
           l = sv * scale_log2;
         }
-        const bool vis = !mask || var.visible(row[er], col + ec, id[er]);
+        const bool vis = !mask || var.visible(row[er], col + ec, id[er], seg);
         const float pr = vis ? exp2f(l - l2[er]) : 0.f;
         float dpv = dv, pd = pr;
         if (var.dropout()) {
@@ -191,7 +221,10 @@ __device__ __forceinline__ void acc_to_smem(Acc const& acc, Coords const& cs, El
 
 // ---------------------------------------------------------------------------
 // dK/dV (and, with kAtomicDq, the dQ partial sums) for one key tile.
-template <class Cfg, bool kAtomicDq, bool kVariants = false>
+// kVariants: kVarNone (plain), kVarGeneral (every variant, run-time
+// branches), kVarMasks (window, lengths, offsets, segments: the plain
+// kernel's order and register use, element masks on boundary tiles only).
+template <class Cfg, bool kAtomicDq, int kVariants = kVarNone>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
 bwd_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restrict__ dsum, float* __restrict__ dq_accum,
                 const bool vec_ok, const bool pair_ok) {
@@ -218,10 +251,10 @@ bwd_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restrict__ d
   const int n0 = nb * N;
   int m_begin = p.causal ? n0 / M : 0;
   int m_end = (Sq + M - 1) / M;
-  using VarT = std::conditional_t<kVariants, Variant, NoVariantBwd>;
+  using VarT = std::conditional_t<kVariants != 0, Variant, NoVariantBwd>;
   VarT var(p, b, hkv * group);
   [[maybe_unused]] Variant::SegRange k_rng;
-  if constexpr (kVariants) {
+  if constexpr (kVariants != 0) {
     var.template query_tiles<M>(n0, n0 + N - 1, m_begin, m_end);
     k_rng = var.k_range(n0, N);
   }
@@ -232,7 +265,7 @@ bwd_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restrict__ d
   [[maybe_unused]] Variant::SegRange q_rng_cur, q_rng_next;
   auto next_it = [&](int it, Variant::SegRange& rng) {
     ++it;
-    if constexpr (kVariants) {
+    if constexpr (kVariants != 0) {
       if (var.segments()) {
         for (; it < total; ++it) {
           rng = var.q_range((m_begin + it % nm) * M, M);
@@ -360,21 +393,31 @@ bwd_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restrict__ d
             tcB_sdp);
     Tensor acc_dp = partition_fragment_C(mma_sdp, Shape<Int<M>, Int<N>>{});
     clear(acc_dp);
-    if constexpr (kVariants) {
+    if constexpr (kVariants == kVarMasks) {
+      const bool mask = var.tile_needs_mask(m0, M, n0, N, q_rng_cur, k_rng);
+      const bool seg = var.tile_seg_check(q_rng_cur, k_rng);
+      variant_mask_probs(acc_s, cS, var, [&](int, int r) { return lse_to_log2(lse_st[r]); },
+                         scale_log2, mask, seg, m0, n0,
+                         [&](int, int row) { return var.q_segment(row); });
+      gemm_ss(mma_sdp, acc_dp, tSrdO, tSrV, tcA_sdp.partition_S(sdO), tSsV, cpA_sdp, cpB_sdp,
+              tcA_sdp, tcB_sdp);
+      probs_to_dscores(acc_s, acc_dp, cS, [&](int, int r) { return dsum_st[r]; });
+    } else if constexpr (kVariants == kVarGeneral) {
       // dP = dO V^T first, then P, dropout, dS and the soft-cap factor in one pass.
       var.set_head(h);
       gemm_ss(mma_sdp, acc_dp, tSrdO, tSrV, tcA_sdp.partition_S(sdO), tSsV, cpA_sdp, cpB_sdp,
               tcA_sdp, tcB_sdp);
       const bool mask = var.tile_needs_mask(m0, M, n0, N, q_rng_cur, k_rng);
+      const bool seg = var.tile_seg_check(q_rng_cur, k_rng);
       auto lse_f = [&](int, int r) { return lse_to_log2(lse_st[r]); };
       auto dsum_f = [&](int, int r) { return dsum_st[r]; };
       auto qid_f = [&](int, int row) { return var.q_segment(row); };
       if (var.transforms_logits())
-        variant_probs_dscores<true>(acc_s, acc_dp, cS, var, p.scale, scale_log2, mask, m0, n0,
-                                    lse_f, dsum_f, qid_f);
+        variant_probs_dscores<true>(acc_s, acc_dp, cS, var, p.scale, scale_log2, mask, seg, m0,
+                                    n0, lse_f, dsum_f, qid_f);
       else
-        variant_probs_dscores<false>(acc_s, acc_dp, cS, var, p.scale, scale_log2, mask, m0, n0,
-                                     lse_f, dsum_f, qid_f);
+        variant_probs_dscores<false>(acc_s, acc_dp, cS, var, p.scale, scale_log2, mask, seg, m0,
+                                     n0, lse_f, dsum_f, qid_f);
     } else {
       const bool mask = (p.causal && m0 < n0 + N - 1) || (n0 + N > Sk);
       scores_to_probs(acc_s, cS, [&](int, int r) { return lse_to_log2(lse_st[r]); }, scale_log2,
@@ -398,7 +441,7 @@ bwd_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restrict__ d
 
     // The variants kernel serves both modes (one instantiation: build time);
     // deterministic mode passes no accumulator.
-    if (kAtomicDq && (!kVariants || dq_accum != nullptr)) {
+    if (kAtomicDq && (kVariants == 0 || dq_accum != nullptr)) {
       // dQ (unscaled) += dS K, fp32 atomics into [b, h, row, D].
       Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<M>, Int<D>>{});
       clear(acc_dq);
@@ -419,7 +462,7 @@ bwd_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restrict__ d
       }
     }
     it = it_next;
-    if constexpr (kVariants) q_rng_cur = q_rng_next;
+    if constexpr (kVariants != 0) q_rng_cur = q_rng_next;
   }
 
   cp_async_wait_all();  // nothing in flight at exit (no iterations: K, V)
@@ -436,7 +479,7 @@ bwd_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restrict__ d
 // ---------------------------------------------------------------------------
 // Deterministic dQ for one query tile: loops over the key tiles, dS stays in
 // registers as the A operand of dQ += dS K. Writes dq directly.
-template <class Cfg, bool kVariants = false>
+template <class Cfg, int kVariants = kVarNone>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
 bwd_dq_kernel(const __grid_constant__ BwdParams p, const float* __restrict__ dsum, const bool vec_ok,
               const bool pair_ok) {
@@ -459,10 +502,10 @@ bwd_dq_kernel(const __grid_constant__ BwdParams p, const float* __restrict__ dsu
   int n_begin = 0;
   int n_end = (Sk + N - 1) / N;
   if (p.causal) n_end = min(n_end, (min(m0 + M, Sq) + N - 1) / N);
-  using VarT = std::conditional_t<kVariants, Variant, NoVariantBwd>;
+  using VarT = std::conditional_t<kVariants != 0, Variant, NoVariantBwd>;
   const VarT var(p, b, h);
   [[maybe_unused]] Variant::SegRange q_rng;
-  if constexpr (kVariants) {
+  if constexpr (kVariants != 0) {
     var.template key_tiles<N>(m0, m0 + M - 1, n_begin, n_end);
     q_rng = var.q_range(m0, M);
   }
@@ -471,7 +514,7 @@ bwd_dq_kernel(const __grid_constant__ BwdParams p, const float* __restrict__ dsu
   [[maybe_unused]] Variant::SegRange k_rng_cur, k_rng_next;
   auto next_n = [&](int n, Variant::SegRange& rng) {
     ++n;
-    if constexpr (kVariants) {
+    if constexpr (kVariants != 0) {
       if (var.segments()) {
         for (; n < n_end; ++n) {
           rng = var.k_range(n * N, N);
@@ -543,7 +586,7 @@ bwd_dq_kernel(const __grid_constant__ BwdParams p, const float* __restrict__ dsu
     const int64_t idx = (int64_t(b) * p.heads_q + h) * Sq + row;
     lse2[i] = row < Sq ? lse_to_log2(p.lse[idx]) : INFINITY;
     dsr[i] = row < Sq ? dsum[idx] : 0.f;
-    if constexpr (kVariants) qids[i] = var.q_segment(row);
+    if constexpr (kVariants != 0) qids[i] = var.q_segment(row);
   }
   Tensor acc_dq = partition_fragment_C(mma, Shape<Int<M>, Int<D>>{});
   clear(acc_dq);
@@ -566,18 +609,26 @@ bwd_dq_kernel(const __grid_constant__ BwdParams p, const float* __restrict__ dsu
     gemm_ss(mma, acc_s, tSrQ, tSrK, tSsQ, tcB.partition_S(sK), cpA, cpB, tcA, tcB);
     Tensor acc_dp = partition_fragment_C(mma, Shape<Int<M>, Int<N>>{});
     clear(acc_dp);
-    if constexpr (kVariants) {
+    if constexpr (kVariants == kVarMasks) {
+      const bool mask = var.tile_needs_mask(m0, M, n0, N, q_rng, k_rng_cur);
+      const bool seg = var.tile_seg_check(q_rng, k_rng_cur);
+      variant_mask_probs(acc_s, cS, var, [&](int i, int) { return lse2[i]; }, scale_log2, mask,
+                         seg, m0, n0, [&](int i, int) { return qids[i]; });
+      gemm_ss(mma, acc_dp, tSrdO, tSrV, tSsdO, tcB.partition_S(sV), cpA, cpB, tcA, tcB);
+      probs_to_dscores(acc_s, acc_dp, cS, [&](int i, int) { return dsr[i]; });
+    } else if constexpr (kVariants == kVarGeneral) {
       gemm_ss(mma, acc_dp, tSrdO, tSrV, tSsdO, tcB.partition_S(sV), cpA, cpB, tcA, tcB);
       const bool mask = var.tile_needs_mask(m0, M, n0, N, q_rng, k_rng_cur);
+      const bool seg = var.tile_seg_check(q_rng, k_rng_cur);
       auto lse_f = [&](int i, int) { return lse2[i]; };
       auto dsum_f = [&](int i, int) { return dsr[i]; };
       auto qid_f = [&](int i, int) { return qids[i]; };
       if (var.transforms_logits())
-        variant_probs_dscores<true>(acc_s, acc_dp, cS, var, p.scale, scale_log2, mask, m0, n0,
-                                    lse_f, dsum_f, qid_f);
+        variant_probs_dscores<true>(acc_s, acc_dp, cS, var, p.scale, scale_log2, mask, seg, m0,
+                                    n0, lse_f, dsum_f, qid_f);
       else
-        variant_probs_dscores<false>(acc_s, acc_dp, cS, var, p.scale, scale_log2, mask, m0, n0,
-                                     lse_f, dsum_f, qid_f);
+        variant_probs_dscores<false>(acc_s, acc_dp, cS, var, p.scale, scale_log2, mask, seg, m0,
+                                     n0, lse_f, dsum_f, qid_f);
     } else {
       const bool mask = (p.causal && n0 + N - 1 > m0) || (n0 + N > Sk);
       scores_to_probs(acc_s, cS, [&](int i, int) { return lse2[i]; }, scale_log2, mask,
@@ -591,7 +642,7 @@ bwd_dq_kernel(const __grid_constant__ BwdParams p, const float* __restrict__ dsu
     Tensor rdS_a = make_tensor(rdS.data(), acc_as_a(rdS.layout()));
     gemm_rs(mma, acc_dq, rdS_a, tdQrKt, tcBt.partition_S(sKt), cpBt, tcBt);
     n = n_nxt;
-    if constexpr (kVariants) k_rng_cur = k_rng_next;
+    if constexpr (kVariants != 0) k_rng_cur = k_rng_next;
   }
 
   cp_async_wait_all();  // nothing in flight at exit (no key tiles: Q, dO)

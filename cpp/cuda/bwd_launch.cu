@@ -42,9 +42,13 @@ BwdLaunchFlags launch_flags(const BwdParams& p) {
 template <DType kDType>
 cudaError_t dispatch_bwd(const BwdParams& p, BwdLaunchFlags f, cudaStream_t s) {
   const bool plain = p.plain_mask();
+  // Masks-only variants: no soft-cap, ALiBi or dropout.
+  const bool masks = p.softcap == 0.f && p.alibi_slopes == nullptr &&
+                     !(p.dropout_rate > 0.f && p.dropout_seed != nullptr);
   return dispatch_head_dim(p.head_dim, [&](auto d) {
-    return plain ? run_bwd_hdim<kDType, decltype(d)::value>(p, f, s)
-                 : run_bwd_var_hdim<kDType, decltype(d)::value>(p, f, s);
+    return plain   ? run_bwd_hdim<kDType, decltype(d)::value>(p, f, s)
+           : masks ? run_bwd_varm_hdim<kDType, decltype(d)::value>(p, f, s)
+                   : run_bwd_var_hdim<kDType, decltype(d)::value>(p, f, s);
   });
 }
 

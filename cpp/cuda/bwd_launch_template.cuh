@@ -58,7 +58,7 @@ inline int rows_grid(int64_t rows) {
 
 // The whole backward with explicit configurations (the harness may call it
 // with other tiles).
-template <class DkdvCfg, class DqCfg, bool kVariants = false>
+template <class DkdvCfg, class DqCfg, int kVariants = kVarNone>
 cudaError_t launch_bwd(const BwdParams& p, BwdLaunchFlags flags, cudaStream_t stream) {
   using Element = typename DkdvCfg::Element;
   constexpr int D = DkdvCfg::kHeadDim;
@@ -78,7 +78,7 @@ cudaError_t launch_bwd(const BwdParams& p, BwdLaunchFlags flags, cudaStream_t st
     if (p.deterministic) {
       static std::atomic<unsigned long long> mask{0};
       // Variants: the atomic kernel with no accumulator (one instantiation).
-      auto kernel = &bwd_dkdv_kernel<DkdvCfg, kVariants, kVariants>;
+      auto kernel = &bwd_dkdv_kernel<DkdvCfg, kVariants != 0, kVariants>;
       cudaError_t err = opt_in_smem(kernel, smem, mask);
       if (err != cudaSuccess) return err;
       kernel<<<grid, DkdvCfg::kThreads, smem, stream>>>(p, dsum, nullptr, flags.vec_ok,
@@ -131,14 +131,27 @@ using VariantDkdv = std::conditional_t<
 // The generic variants kernels (own build unit: instantiations/bwd_var_*.cu).
 template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_var_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream) {
-  return bwd::launch_bwd<bwd::VariantDkdv<kHeadDim, kDType>, bwd::DefaultDq<kHeadDim, kDType>, true>(
-      params, flags, stream);
+  return bwd::launch_bwd<bwd::VariantDkdv<kHeadDim, kDType>, bwd::DefaultDq<kHeadDim, kDType>,
+                         kVarGeneral>(params, flags, stream);
+}
+
+// Masks-only variants (window, lengths, offsets, segments): the plain tiles
+// (the masks-only kernels keep the plain kernels' register use), fused
+// atomic dQ in atomic mode (instantiations/bwd_varm_*.cu).
+template <DType kDType, int kHeadDim>
+cudaError_t run_bwd_varm_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream) {
+  return bwd::launch_bwd<bwd::DefaultDkdv<kHeadDim, kDType>, bwd::DefaultDq<kHeadDim, kDType>,
+                         kVarMasks>(params, flags, stream);
 }
 
 }  // namespace jax_flash::cuda
 
 #define JAX_FLASH_INSTANTIATE_BWD_VARIANTS(DTYPE, HDIM)                                      \
   template cudaError_t jax_flash::cuda::run_bwd_var_hdim<jax_flash::DType::DTYPE, HDIM>(      \
+      const jax_flash::BwdParams&, jax_flash::cuda::BwdLaunchFlags, cudaStream_t);
+
+#define JAX_FLASH_INSTANTIATE_BWD_VARIANTS_MASKS(DTYPE, HDIM)                                \
+  template cudaError_t jax_flash::cuda::run_bwd_varm_hdim<jax_flash::DType::DTYPE, HDIM>(     \
       const jax_flash::BwdParams&, jax_flash::cuda::BwdLaunchFlags, cudaStream_t);
 
 #define JAX_FLASH_INSTANTIATE_BWD(DTYPE, HDIM)                                               \

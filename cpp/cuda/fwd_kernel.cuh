@@ -36,10 +36,11 @@ struct NoVariant {
 // pointers and strides, head_dim % 8 == 0); otherwise element-wise copies.
 // The variants kernel ignores kVec and reads args.vec (one instantiation
 // per head dim and dtype instead of two: build time).
-// kVariants: the generic variants kernel (cuda::Variant policy, run-time
-// branches on which FwdParams variant fields are set); false = plain
-// causal/full attention, the variant code compiled out.
-template <class Traits, bool kVec, bool kVariants = false>
+// kVariants: kVarGeneral = the generic variants kernel (cuda::Variant policy,
+// run-time branches on which FwdParams variant fields are set); kVarMasks =
+// the same without soft-cap, ALiBi and dropout code (masks-only variants);
+// kVarNone (0) = plain causal/full attention, the variant code compiled out.
+template <class Traits, bool kVec, int kVariants = kVarNone>
 __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(const __grid_constant__ FwdArgs args) {
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM;
@@ -59,14 +60,14 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(const __grid_
   const int rows_left = p.seqlen_q - row0;
   const int head_dim = p.head_dim;
 
-  using VarT = std::conditional_t<kVariants, Variant, NoVariant>;
+  using VarT = std::conditional_t<kVariants != 0, Variant, NoVariant>;
   const VarT var(p, batch, head);
 
   // Key tiles visited: n_first down to n_stop (inclusive), skipping tiles
   // whose segment ids cannot match (variants).
   int n_first, n_stop = 0;
   [[maybe_unused]] Variant::SegRange q_rng;
-  if constexpr (kVariants) {
+  if constexpr (kVariants != 0) {
     int lo, hi;
     var.template key_tiles<kBlockN>(row0, row0 + kBlockM - 1, lo, hi);
     n_stop = lo;
@@ -80,12 +81,14 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(const __grid_
     }
     n_first = n_blocks - 1;
   }
-  // Next key tile to visit below n (n_stop - 1 when none); k_rng gets its
-  // segment id range (segments only).
+  // Next key tile to visit below n (n_stop - 1 when none), skipping tiles
+  // whose segment ids cannot meet the query tile's; rng gets its id range.
+  // The generic kernel carries the range to the tile's iteration; the
+  // masks-only kernel reads it again there (fewer registers: no spills).
   [[maybe_unused]] Variant::SegRange k_rng, k_rng_next;
   auto prev_tile = [&](int n, Variant::SegRange& rng) {
     --n;
-    if constexpr (kVariants) {
+    if constexpr (kVariants != 0) {
       if (var.segments()) {
         for (; n >= n_stop; --n) {
           rng = var.k_range(n * kBlockN, kBlockN);
@@ -95,7 +98,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(const __grid_
     }
     return n;
   };
-  if constexpr (kVariants) n_first = prev_tile(n_first, k_rng);
+  if constexpr (kVariants != 0) n_first = prev_tile(n_first, k_rng);
 
   // ---- global tensors (BTNH, int64 strides) ----
   const Element* q_ptr = static_cast<const Element*>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride;
@@ -135,7 +138,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(const __grid_
   // chosen at run time (variants).
   auto load = [&](auto const& src, auto&& dst, auto const& coord, int max_row, auto check_rows) {
     constexpr bool kCheck = decltype(check_rows)::value;
-    if constexpr (!kVariants) {
+    if constexpr (kVariants == 0 || kVariants == kVarMasks) {
       load_tile<kVec, kCheck>(gcopy, src, dst, coord, max_row, head_dim);
     } else {
       if (args.vec) load_tile<true, kCheck>(gcopy, src, dst, coord, max_row, head_dim);
@@ -171,13 +174,15 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(const __grid_
   // in log2 units element by element instead; the masks-only variants keep
   // the plain kernel's fused path.
   bool transform = false;
-  if constexpr (kVariants) transform = var.transforms_logits();
+  if constexpr (kVariants == kVarGeneral) transform = var.transforms_logits();
   const bool pre_scale = !transform && !(args.scale_log2 > 0.f);
   const float scale_log2 = (transform || pre_scale) ? 1.f : args.scale_log2;
 
   Tensor tSc_rc = make_tensor(tSc.data(), acc_rowcol_layout(tSc.layout()));
+  // Query segment ids per row (generic kernel; the masks-only kernel loads
+  // them on the boundary tiles that compare ids: registers).
   [[maybe_unused]] int q_ids[kRows];
-  if constexpr (kVariants) {
+  if constexpr (kVariants == kVarGeneral) {
 #pragma unroll
     for (int r = 0; r < kRows; ++r) q_ids[r] = var.q_segment(row0 + get<0>(tSc_rc(r, 0)));
   }
@@ -194,11 +199,14 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(const __grid_
   // can be partial, so K prefetches load unchecked rows.
   for (; n_block >= n_stop;) {
     const int col0 = n_block * kBlockN;
-    bool need_mask;
-    if constexpr (kVariants) {
-      need_mask = var.tile_needs_mask(row0, kBlockM, col0, kBlockN, q_rng, k_rng);
-    } else {
+    bool need_mask = false;
+    [[maybe_unused]] bool seg = false;
+    if constexpr (kVariants == 0) {
       need_mask = tile_needs_mask<kBlockM, kBlockN>(row0, col0, p.seqlen_k, p.causal);
+    } else if constexpr (kVariants == kVarGeneral) {
+      // (The generic kernel compares ids on every masked tile: a per-tile
+      // flag there compiled to more spills.)
+      need_mask = var.tile_needs_mask(row0, kBlockM, col0, kBlockN, q_rng, k_rng);
     }
     Tensor acc_s = partition_fragment_C(mma, Shape<Int<kBlockM>, Int<kBlockN>>{});
     clear(acc_s);
@@ -210,12 +218,17 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(const __grid_
     gemm_smem_smem(acc_s, rQ, rK, sQ_part, sK_part, mma, s2r_q, s2r_k, tid);
     // After the MMAs are issued: the segment range loads overlap them.
     const int n_next = prev_tile(n_block, k_rng_next);
+    if constexpr (kVariants == kVarMasks) {
+      const Variant::SegRange k_rng_here = var.k_range(col0, kBlockN);
+      need_mask = var.tile_needs_mask(row0, kBlockM, col0, kBlockN, q_rng, k_rng_here);
+      seg = var.tile_seg_check(q_rng, k_rng_here);
+    }
 
     if (pre_scale) {
 #pragma unroll
       for (int i = 0; i < size(acc_s); ++i) acc_s(i) *= args.scale_log2;
     }
-    if constexpr (kVariants) {
+    if constexpr (kVariants != 0) {
       Tensor s_rc = make_tensor(acc_s.data(), acc_rowcol_layout(acc_s.layout()));
       if (transform) {
         // Raw scores -> logits (log2 units) with scale, soft-cap, ALiBi; masks.
@@ -230,14 +243,43 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(const __grid_
             s_rc(r, c) = (!need_mask || var.visible(row, col, q_ids[r])) ? l : -INFINITY;
           }
         }
-      } else if (need_mask) {
-        // Masks only (band, lengths, segments): raw scores, as the plain kernel.
+      } else if (kVariants == kVarGeneral && need_mask) {
+        // Generic kernel (dropout alone, element-wise copies): per-element
+        // visibility (fewer registers there than the tile-relative form).
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
           const int row = row0 + get<0>(tSc_rc(r, 0));
 #pragma unroll
           for (int c = 0; c < size<1>(s_rc); ++c) {
             if (!var.visible(row, col0 + get<1>(tSc_rc(r, c)), q_ids[r])) s_rc(r, c) = -INFINITY;
+          }
+        }
+      } else if (need_mask) {
+        // Masks only (band, lengths, segments): raw scores, as the plain
+        // kernel; tile-relative 32-bit band/length tests, then the segment
+        // ids (loaded once per column) where the tile's ids are not one.
+        const Variant::TileMask tm = var.tile_mask(row0, col0);
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+          for (int c = 0; c < size<1>(s_rc); ++c)
+            if (!tm(get<0>(tSc_rc(r, 0)), get<1>(tSc_rc(r, c)))) s_rc(r, c) = -INFINITY;
+        }
+        if (seg) {
+          int qid[kRows];
+#pragma unroll
+          for (int r = 0; r < kRows; ++r) {
+            if constexpr (kVariants == kVarMasks) qid[r] = var.q_segment(row0 + get<0>(tSc_rc(r, 0)));
+            else qid[r] = q_ids[r];
+          }
+#pragma unroll
+          for (int c = 0; c < size<1>(s_rc); ++c) {
+            const int col = col0 + get<1>(tSc_rc(0, c));
+            if (col >= var.kv_len) continue;  // masked above
+            const int kid = int(p.kv_segment_ids[int64_t(batch) * p.seqlen_k + col]);
+#pragma unroll
+            for (int r = 0; r < kRows; ++r)
+              if (kid != qid[r]) s_rc(r, c) = -INFINITY;
           }
         }
       }
@@ -254,7 +296,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(const __grid_
 
     softmax.update(acc_s, acc_o, scale_log2);
 
-    if constexpr (kVariants) {
+    if constexpr (kVariants == kVarGeneral) {
       // Dropout of P (the row sums above stay undropped); 1/(1-rate) at the end.
       if (var.dropout()) {
         // Rows 2m, 2m + 1 of the row-col view are rows r and r + 8 of one
@@ -281,13 +323,13 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(const __grid_
     Tensor rP_a = make_tensor(rP.data(), acc_as_a_layout(rP.layout()));
     gemm_reg_smem(acc_o, rP_a, rVt, sVt_part, mma, s2r_v, tid);
     n_block = n_next;
-    if constexpr (kVariants) k_rng = k_rng_next;
+    if constexpr (kVariants == kVarGeneral) k_rng = k_rng_next;
   }
 
   // ---- epilogue ----
   float lse[kRows];
   softmax.finalize(acc_o, lse, scale_log2);
-  if constexpr (kVariants) {
+  if constexpr (kVariants == kVarGeneral) {
     if (var.dropout()) {
 #pragma unroll
       for (int i = 0; i < size(acc_o); ++i) acc_o(i) *= var.keep_scale;
@@ -323,7 +365,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(const __grid_
   Tensor tOr = make_tensor<Element>(shape(tOg));
   cute::copy(gcopy_o, tOs, tOr);
   Tensor tOc = gthr_o.partition_D(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
-  if constexpr (!kVariants) {
+  if constexpr (kVariants == 0 || kVariants == kVarMasks) {
     store_tile<kVec>(gcopy_o, tOr, tOg, tOc, rows_left, head_dim);
   } else {
     if (args.vec) store_tile<true>(gcopy_o, tOr, tOg, tOc, rows_left, head_dim);

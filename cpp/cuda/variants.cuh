@@ -19,6 +19,25 @@
 
 namespace jax_flash::cuda {
 
+// Masks-only variants (window, lengths, offsets, segments): no soft-cap,
+// ALiBi or dropout. Those run on kernels built without the logit transform
+// and dropout code (kernel template kVariants = kVarMasks), whose register
+// use matches the plain kernels'.
+enum : int { kVarNone = 0, kVarGeneral = 1, kVarMasks = 2 };
+__host__ __device__ inline bool variant_masks_only(const FwdParams& p) {
+  return p.softcap == 0.f && p.alibi_slopes == nullptr &&
+         !(p.dropout_rate > 0.f && p.dropout_seed != nullptr);
+}
+
+// tanh(x) = 1 - 2 / (exp(2x) + 1) with ex2.approx and a fast reciprocal:
+// absolute error ~1e-7, saturates correctly. Not used: under --use_fast_math
+// tanhf already compiles to tanh.approx.f32, and this form (two MUFU ops)
+// measured slower in the soft-cap forward (2.46x vs 1.87x plain, H100).
+__device__ __forceinline__ float fast_tanh(float x) {
+  const float e = exp2f(x * 2.8853900817779268f);  // exp(2x)
+  return 1.f - __fdividef(2.f, e + 1.f);
+}
+
 struct Variant {
   // The kernel's parameters (a __grid_constant__ kernel argument): uniform
   // settings are read from the constant bank on use, so they cost no
@@ -164,13 +183,55 @@ struct Variant {
     return false;
   }
 
+  // ---- tile-relative band / length mask (masks-only kernels) ----
+  // For a tile at (r0, c0), element (r, c) (tile-local) is visible, before
+  // segments, when r < rmax, c < cmax and lo <= c - r <= hi: four 32-bit
+  // values per tile instead of 64-bit positions per element.
+  struct TileMask {
+    int lo, hi, cmax, rmax;
+    __device__ __forceinline__ bool operator()(int r, int c) const {
+      const int d = c - r;
+      return r < rmax && c < cmax && d <= hi && d >= lo;
+    }
+  };
+  __device__ __forceinline__ TileMask tile_mask(int r0, int c0) const {
+    constexpr int64_t kBig = int64_t(1) << 30;
+    // col <= pos + right, pos = r0 + r + offset  <=>  c - r <= r0 + offset - c0 + right
+    const int64_t base = int64_t(r0) + offset - c0;
+    TileMask m;
+    m.hi = right() >= 0 ? int(max(-kBig, min(kBig, base + right()))) : int(kBig);
+    m.lo = left() >= 0 ? int(max(-kBig, min(kBig, base - left()))) : -int(kBig);
+    m.cmax = kv_len - c0;
+    m.rmax = q_len - r0;
+    return m;
+  }
+  __device__ __forceinline__ bool kv_id_is(int col, int qid) const {
+    return int(p.kv_segment_ids[int64_t(batch) * p.seqlen_k + col]) == qid;
+  }
+
   // ---- element-wise ----
   __device__ __forceinline__ int q_segment(int row) const {
     return (segments() && row < p.seqlen_q)
                ? int(p.q_segment_ids[int64_t(batch) * p.seqlen_q + row])
                : 0;
   }
-  // Whether row (with segment id qid) sees key col.
+  // Whether the segment ids must be compared element by element in this
+  // tile: not when all its query and key ids are one and the same id.
+  __device__ __forceinline__ bool tile_seg_check(const SegRange& qr, const SegRange& kr) const {
+    return segments() && !same_single(qr, kr);
+  }
+  // Whether row (with segment id qid) sees key col; seg: compare the ids
+  // (tile_seg_check), else the tile is known to hold one id.
+  __device__ __forceinline__ bool visible(int row, int col, int qid, bool seg) const {
+    if (row >= q_len || col >= kv_len) return false;
+    const int64_t pos = int64_t(row) + offset;
+    if (right() >= 0 && int64_t(col) > pos + right()) return false;
+    if (left() >= 0 && int64_t(col) < pos - left()) return false;
+    if (seg && int(p.kv_segment_ids[int64_t(batch) * p.seqlen_k + col]) != qid) return false;
+    return true;
+  }
+  // (Written out rather than delegating: the generic forward kernel sits at
+  // 255 registers and the delegating form compiled to more spills.)
   __device__ __forceinline__ bool visible(int row, int col, int qid) const {
     if (row >= q_len || col >= kv_len) return false;
     const int64_t pos = int64_t(row) + offset;
@@ -194,6 +255,8 @@ struct Variant {
     float s = qk * scale;
     dtanh = 1.f;
     if (p.softcap > 0.f) {
+      // --use_fast_math makes tanhf tanh.approx.f32 (one MUFU op; the
+      // harness tolerances pass with it); fast_tanh measured slower.
       const float t = tanhf(s * inv_softcap);
       s = p.softcap * t;
       dtanh = 1.f - t * t;

@@ -16,11 +16,11 @@ if [ -n "${HDIMS:-}" ]; then
   inst=$(for d in $HDIMS; do ls cpp/cuda/instantiations/bwd_*hdim${d}_*.cu; done)
 fi
 mkdir -p "$BUILD"
-srcs="cpp/cuda/bwd_launch.cu $inst"
+srcs="cpp/cuda/bwd_launch.cu tests/cuda/bwd_alt.cu $inst"
 export FLAGS BUILD
 printf '%s\n' $srcs | xargs -P "$JOBS" -I{} sh -c \
   'o="$BUILD/$(basename {} .cu).o"; if [ ! -f "$o" ] || [ {} -nt "$o" ] || [ -n "${FORCE:-}" ]; then t0=$(date +%s); nvcc $FLAGS -Xptxas -v -c {} -o "$o" > "$BUILD/$(basename {} .cu).ptxas.log" 2>&1 || { cat "$BUILD/$(basename {} .cu).ptxas.log"; exit 255; }; echo "compiled $(basename {} .cu) in $(( $(date +%s) - t0 )) s"; fi'
 nvcc $FLAGS -I tests/cuda -Xcompiler -fopenmp -c tests/cuda/bwd_harness.cu -o "$BUILD/bwd_harness.o"
 objs=$(for f in $inst; do echo "$BUILD/$(basename "$f" .cu).o"; done)
-nvcc $GENCODE -Xcompiler -fopenmp "$BUILD"/bwd_harness.o "$BUILD"/bwd_launch.o $objs -o "$BUILD/bwd_harness"
+nvcc $GENCODE -Xcompiler -fopenmp "$BUILD"/bwd_harness.o "$BUILD"/bwd_launch.o "$BUILD"/bwd_alt.o $objs -o "$BUILD/bwd_harness"
 echo "built $BUILD/bwd_harness"

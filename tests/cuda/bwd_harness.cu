@@ -496,6 +496,9 @@ static int check_variant(const vref::VarCase& c, uint64_t seed) {
   return fails;
 }
 
+// bwd_alt.cu: the generic variants kernels on the plain dK/dV tile (d128 bf16).
+cudaError_t jf_bwd_var_general_d128_tile128(const jax_flash::BwdParams& p, cudaStream_t s);
+
 // Backward (atomic and deterministic) of the variants kernels vs plain causal.
 static void bench_variants() {
   const int S = 8192, D = 128, H = 16, B = 1;
@@ -516,10 +519,25 @@ static void bench_variants() {
   const int32_t* d_offs = vd.put(offs);
   const float* d_slopes = vd.put(std::vector<float>(H, 0.01f));
   const uint32_t* d_seed = vd.put(std::vector<uint32_t>{1u, 2u});
+  // Packed documents of mixed lengths (not tile aligned), causal inside each.
+  const int doc_len[] = {1000, 300, 2500, 700, 1800, 1200, 692};
+  std::vector<int32_t> pids(size_t(B) * S);
+  double pairs = 0;
+  {
+    int pos = 0, id = 0;
+    for (int L : doc_len) {
+      for (int i = 0; i < L && pos < S; ++i) pids[pos++] = id;
+      pairs += 0.5 * double(L) * (L + 1);
+      ++id;
+    }
+  }
+  const int32_t* d_pids = vd.put(pids);
+  const int32_t* d_prng = vd.put(vref::seg_ranges(pids, B, S));
   const char* names[] = {"plain causal", "variants kernel, no-op window", "window 4096", "softcap 30",
-                         "alibi", "lengths (s-100)", "segments (one doc)", "query_offsets (0)", "dropout 0.1"};
+                         "alibi", "lengths (s-100)", "segments (one doc)", "query_offsets (0)", "dropout 0.1",
+                         "packed docs (7, 300-2500)"};
   double base_ms[2] = {0, 0};
-  for (int vi = 0; vi < 9; ++vi)
+  for (int vi = 0; vi < 10; ++vi)
     for (int det = 0; det < 2; ++det) {
       BwdParams bp = make_params(p, det != 0);
       switch (vi) {
@@ -531,6 +549,7 @@ static void bench_variants() {
         case 6: bp.q_segment_ids = bp.kv_segment_ids = d_ids; bp.q_segment_ranges = bp.kv_segment_ranges = d_rng; break;
         case 7: bp.query_offsets = d_offs; break;
         case 8: bp.dropout_rate = 0.1f; bp.dropout_seed = d_seed; break;
+        case 9: bp.q_segment_ids = bp.kv_segment_ids = d_pids; bp.q_segment_ranges = bp.kv_segment_ranges = d_prng; break;
         default: break;
       }
       CK(jax_flash::cuda::run_bwd(bp, 0));
@@ -549,6 +568,23 @@ static void bench_variants() {
       if (vi == 0) base_ms[det] = t;
       std::printf("VBENCH bwd d=%d s=%d h=%d causal %-6s %-30s %.3f ms  x%.3f vs plain\n", D, S, H,
                   det ? "det" : "atomic", names[vi], t, t / base_ms[det]);
+      if (vi == 3 || vi == 4 || vi == 8) {
+        // Same options on the alternative tile (harness-only kernel).
+        CK(jf_bwd_var_general_d128_tile128(bp, 0));
+        CK(cudaDeviceSynchronize());
+        CK(cudaEventRecord(e0));
+        for (int r = 0; r < reps; ++r) CK(jf_bwd_var_general_d128_tile128(bp, 0));
+        CK(cudaEventRecord(e1));
+        CK(cudaEventSynchronize(e1));
+        float t2;
+        CK(cudaEventElapsedTime(&t2, e0, e1));
+        t2 /= reps;
+        std::printf("VBENCH bwd d=%d s=%d h=%d causal %-6s %-30s %.3f ms  x%.3f vs plain (alt: general kernel, 64x128 dK/dV tile)\n",
+                    D, S, H, det ? "det" : "atomic", names[vi], t2, t2 / base_ms[det]);
+      }
+      if (vi == 9)
+        std::printf("VBENCH bwd packed docs %s: real-work rate = %.3f of plain causal\n",
+                    det ? "det" : "atomic", (pairs / t) / (0.5 * double(S) * S / base_ms[det]));
       std::fflush(stdout);
     }
   vd.free_all();
