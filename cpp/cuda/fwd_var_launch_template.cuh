@@ -13,34 +13,6 @@ namespace jax_flash::cuda {
 template <DType kDType, int kHeadDim>
 cudaError_t run_fwd_varm_hdim(const FwdParams& params, cudaStream_t stream);
 
-namespace fwd {
-// launch_fwd for the masks-only kernel (kVariants = kVarMasks).
-template <class Traits>
-cudaError_t launch_fwd_masks(const FwdParams& params, cudaStream_t stream) {
-  auto kernel = &fwd_kernel<Traits, true, kVarMasks>;
-  constexpr int kSmem = Traits::kSmemBytes;
-  if constexpr (kSmem > 48 * 1024) {
-    static std::atomic<unsigned long long> done_mask{0};
-    int dev = 0;
-    cudaError_t err = cudaGetDevice(&dev);
-    if (err != cudaSuccess) return err;
-    const unsigned long long bit = dev < 64 ? (1ull << dev) : 0ull;
-    if (bit == 0 || !(done_mask.load(std::memory_order_acquire) & bit)) {
-      err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-      if (err != cudaSuccess) return err;
-      done_mask.fetch_or(bit, std::memory_order_acq_rel);
-    }
-  }
-  FwdArgs args;
-  args.p = params;
-  args.scale_log2 = params.scale * 1.4426950408889634f;
-  args.vec = true;
-  const dim3 grid((params.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, params.heads_q, params.batch);
-  kernel<<<grid, Traits::kNThreads, kSmem, stream>>>(args);
-  return cudaGetLastError();
-}
-}  // namespace fwd
-
 // The generic variants kernel (same tiles; its own build unit per head dim
 // and dtype, instantiations/fwd_var_hdim*_*.cu). Masks-only variants with
 // vector copies go to the masks-only kernel.
@@ -49,7 +21,7 @@ cudaError_t run_fwd_var_hdim(const FwdParams& params, bool vec_ok, cudaStream_t 
   using Traits = fwd::DefaultTraits<kHeadDim, kDType>;
   if (vec_ok && !params.plain_mask() && variant_masks_only(params))
     return run_fwd_varm_hdim<kDType, kHeadDim>(params, stream);
-  return fwd::launch_fwd<Traits, true, true>(params, stream, vec_ok);  // vec_ok read at run time
+  return fwd::launch_fwd<Traits, true, kVarGeneral>(params, stream, vec_ok);  // vec_ok read at run time
 }
 
 // Defined only in the fwd_varm_* units (JAX_FLASH_FWD_VARM_UNIT), so that the
@@ -57,7 +29,7 @@ cudaError_t run_fwd_var_hdim(const FwdParams& params, bool vec_ok, cudaStream_t 
 #ifdef JAX_FLASH_FWD_VARM_UNIT
 template <DType kDType, int kHeadDim>
 cudaError_t run_fwd_varm_hdim(const FwdParams& params, cudaStream_t stream) {
-  return fwd::launch_fwd_masks<fwd::DefaultTraits<kHeadDim, kDType>>(params, stream);
+  return fwd::launch_fwd<fwd::DefaultTraits<kHeadDim, kDType>, true, kVarMasks>(params, stream);
 }
 #endif
 
