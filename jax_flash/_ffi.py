@@ -45,6 +45,15 @@ def cuda_archs() -> str | None:
     return _jax_flash.cuda_archs
 
 
+def cuda_head_dims(variants: bool = False) -> tuple[int, ...]:
+    """Head dims of the compiled CUDA kernels, ascending: the plain ones, or
+    with `variants` those of the variants kernels (fewer: other head dims run
+    zero-padded on the next larger one). Empty for a CPU-only build."""
+    if _jax_flash.cuda_archs is None:
+        return ()
+    return tuple(_jax_flash.cuda_head_dims(bool(variants)))
+
+
 def cpu_isa() -> str:
     """Instruction set the CPU kernels run with on this machine."""
     return _jax_flash.cpu_isa()

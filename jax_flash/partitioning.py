@@ -129,14 +129,22 @@ def ffi_fwd(q, k, v, scale: float, causal, extras: Extras = NO_EXTRAS):
                 optional_inputs=np.int64(extras.present()), **Mask.of(causal).ffi_attrs())
 
 
-def _bwd_workspace_floats(q, deterministic: bool) -> int:
+def _kernel_head_dim(d: int, variants: bool) -> int:
+    """The head dim of the CUDA kernel that serves head dim `d` (the smallest
+    compiled one >= d; the variants kernels exist for fewer head dims)."""
+    padded = -(-d // 32) * 32
+    larger = [x for x in _ffi.cuda_head_dims(variants) if x >= d]
+    return max(padded, min(larger)) if larger else padded
+
+
+def _bwd_workspace_floats(q, deterministic: bool, variants: bool) -> int:
     """float32 scratch per leading-batch element for the CUDA backward: rowsum
     D = rowsum(dO * O), plus the float32 dQ accumulator in atomic mode (head_dim
-    padded to the 32-multiple of the kernel), plus alignment slack. XLA hands
-    custom calls no reliable scratch allocator, so it travels as an extra,
-    discarded output (the CPU kernel ignores it)."""
+    padded to the kernel's), plus alignment slack. XLA hands custom calls no
+    reliable scratch allocator, so it travels as an extra, discarded output
+    (the CPU kernel ignores it)."""
     sq, hq, d = q.shape[-3:]
-    d_pad = -(-d // 32) * 32
+    d_pad = _kernel_head_dim(d, variants)
     return hq * sq * (1 + (0 if deterministic else d_pad)) + 128
 
 
@@ -144,17 +152,20 @@ def ffi_bwd(q, k, v, o, lse, do, scale: float, causal, deterministic: bool,
             extras: Extras = NO_EXTRAS):
     """The backward custom call; `causal` is a Mask or a plain causal flag;
     `extras` the optional operands (appended after q, k, v, o, lse, do)."""
+    mask = Mask.of(causal)
+    variants = mask._replace(causal=False) != Mask() or extras.present() != 0
     out_types = (
         _result(q.shape, q.dtype, q),
         _result(k.shape, k.dtype, q),
         _result(v.shape, v.dtype, q),
-        _result(q.shape[:-3] + (_bwd_workspace_floats(q, deterministic),), jnp.float32, q),
+        _result(q.shape[:-3] + (_bwd_workspace_floats(q, deterministic, variants),),
+                jnp.float32, q),
     )
     call = jax.ffi.ffi_call(_ffi.BWD_TARGET, out_types, vmap_method="broadcast_all")
     dq, dk, dv, _workspace = call(
         q, k, v, o, lse, do, *extras.arrays(),
         scale=np.float32(scale), deterministic=bool(deterministic),
-        optional_inputs=np.int64(extras.present()), **Mask.of(causal).ffi_attrs(),
+        optional_inputs=np.int64(extras.present()), **mask.ffi_attrs(),
     )
     return dq, dk, dv
 

@@ -51,3 +51,26 @@ def test_auto_targets_without_a_usable_gpu(tmp_path, smi):
     if smi is None and os.path.exists("/usr/bin/nvidia-smi"):
         pytest.skip("a system nvidia-smi would answer")
     assert _detect(tmp_path, smi) == ["80", "90a"]
+
+
+# The backward's workspace is sized in Python for the head dim of the kernel
+# that will run; the variants kernels exist for fewer head dims
+# (JAX_FLASH_CUDA_VARIANT_HEAD_DIMS), so a padded head dim needs more room.
+@pytest.mark.parametrize(
+    "d,variants,expected",
+    [(8, False, 32), (40, False, 64), (96, False, 96), (96, True, 128), (129, True, 256),
+     (160, False, 160), (200, True, 256), (256, True, 256), (33, True, 64)],
+)
+def test_workspace_head_dim_follows_the_kernel_that_runs(monkeypatch, d, variants, expected):
+    from jax_flash import _ffi, partitioning
+
+    built = {False: (32, 64, 96, 128, 160, 192, 224, 256), True: (32, 64, 128, 256)}
+    monkeypatch.setattr(_ffi, "cuda_head_dims", lambda v=False: built[bool(v)])
+    assert partitioning._kernel_head_dim(d, variants) == expected
+
+
+def test_workspace_head_dim_without_cuda_is_the_32_multiple(monkeypatch):
+    from jax_flash import _ffi, partitioning
+
+    monkeypatch.setattr(_ffi, "cuda_head_dims", lambda v=False: ())
+    assert [partitioning._kernel_head_dim(d, True) for d in (1, 32, 33, 100, 256)] == [32, 32, 64, 128, 256]

@@ -190,6 +190,10 @@ CASES = [
     ("batchoff causal", 3, 111, 260, 2, 1, 64),
     ("window batchoff lengths", 3, 190, 230, 2, 2, 64),
     ("causal window segments lengths softcap alibi dropout", 3, 201, 199, 4, 2, 128),
+    # head dims without their own variants kernels (run zero-padded on 128 / 256 / 64)
+    ("causal window", 2, 150, 170, 4, 2, 96),
+    ("softcap lengths", 2, 133, 129, 2, 1, 160),
+    ("segments causal dropout", 2, 200, 200, 2, 2, 40),
 ]
 
 

@@ -41,29 +41,36 @@ BwdLaunchFlags launch_flags(const BwdParams& p) {
 
 template <DType kDType>
 cudaError_t dispatch_bwd(const BwdParams& p, BwdLaunchFlags f, cudaStream_t s) {
-  const bool plain = p.plain_mask();
+  if (p.plain_mask())
+    return dispatch_head_dim(p.head_dim, [&](auto d) {
+      return run_bwd_hdim<kDType, decltype(d)::value>(p, f, s);
+    });
   // Masks-only variants: no soft-cap, ALiBi or dropout.
   const bool masks = p.softcap == 0.f && p.alibi_slopes == nullptr &&
                      !(p.dropout_rate > 0.f && p.dropout_seed != nullptr);
-  return dispatch_head_dim(p.head_dim, [&](auto d) {
-    return plain   ? run_bwd_hdim<kDType, decltype(d)::value>(p, f, s)
-           : masks ? run_bwd_varm_hdim<kDType, decltype(d)::value>(p, f, s)
-                   : run_bwd_var_hdim<kDType, decltype(d)::value>(p, f, s);
+  return dispatch_head_dim<true>(p.head_dim, [&](auto d) {
+    return masks ? run_bwd_varm_hdim<kDType, decltype(d)::value>(p, f, s)
+                 : run_bwd_var_hdim<kDType, decltype(d)::value>(p, f, s);
   });
+}
+
+// The head dim of the kernel that will run (the variants kernels exist for
+// fewer head dims), or 0.
+int kernel_head_dim(const BwdParams& p) {
+  return p.plain_mask() ? round_head_dim(p.head_dim) : round_variant_head_dim(p.head_dim);
 }
 
 }  // namespace
 
 size_t bwd_workspace_bytes(const BwdParams& p) {
-  const int d = round_head_dim(p.head_dim);
+  const int d = kernel_head_dim(p);
   if (d == 0 || p.batch <= 0 || p.heads_q <= 0 || p.seqlen_q <= 0) return 0;
   return bwd_dsum_bytes(p) + bwd_accum_bytes(p, d);
 }
 
 cudaError_t run_bwd(const BwdParams& p, cudaStream_t stream) {
   if (p.dtype != DType::kFloat16 && p.dtype != DType::kBFloat16) return cudaErrorInvalidValue;
-  if (p.head_dim < 1 || p.head_dim > 256 || round_head_dim(p.head_dim) == 0)
-    return cudaErrorInvalidValue;
+  if (p.head_dim < 1 || p.head_dim > 256 || kernel_head_dim(p) == 0) return cudaErrorInvalidValue;
   if (p.batch < 0 || p.seqlen_q < 0 || p.seqlen_k < 0 || p.heads_q < 0 || p.heads_kv <= 0 ||
       p.heads_q % p.heads_kv != 0)
     return cudaErrorInvalidValue;
@@ -77,7 +84,7 @@ cudaError_t run_bwd(const BwdParams& p, cudaStream_t stream) {
   // is faster than dQ atomics (the fused kernel runs out of registers): use
   // it for atomic mode too. Its workspace need is a subset of atomic mode's.
   BwdParams q = p;
-  if (round_head_dim(p.head_dim) >= kSplitFromHeadDim) q.deterministic = true;
+  if (kernel_head_dim(p) >= kSplitFromHeadDim) q.deterministic = true;
   return q.dtype == DType::kFloat16 ? dispatch_bwd<DType::kFloat16>(q, f, stream)
                                     : dispatch_bwd<DType::kBFloat16>(q, f, stream);
 }

@@ -8,11 +8,13 @@
 
 namespace jax_flash::cuda {
 
-// Forward on the kernel compiled for head dim kHeadDim (>= params.head_dim).
+// Plain forward (params.plain_mask(), 16 B vector copies legal) on the kernel
+// compiled for head dim kHeadDim (>= params.head_dim).
 template <DType kDType, int kHeadDim>
-cudaError_t run_fwd_hdim(const FwdParams& params, bool vec_ok, cudaStream_t stream);
+cudaError_t run_fwd_hdim(const FwdParams& params, cudaStream_t stream);
 
-// Same with the generic variants kernel (params.plain_mask() is false).
+// The variants kernels (masks-only or generic), also the plain forward's
+// element-wise copy path.
 template <DType kDType, int kHeadDim>
 cudaError_t run_fwd_var_hdim(const FwdParams& params, bool vec_ok, cudaStream_t stream);
 

@@ -2,6 +2,7 @@
 // dispatch onto the instantiations. No CuTe here (the kernels live in
 // instantiations/fwd_hdim*_*.cu).
 #include <cstdint>
+#include <vector>
 
 #include "cuda/fwd_dispatch.h"
 #include "cuda/head_dims.h"
@@ -29,22 +30,33 @@ bool vector_ok(const FwdParams& p) {
 
 template <DType kDType>
 cudaError_t dispatch_hdim(const FwdParams& p, bool vec, cudaStream_t stream) {
-  const bool plain = p.plain_mask();
-  return dispatch_head_dim(p.head_dim, [&](auto d) {
-    return plain ? run_fwd_hdim<kDType, decltype(d)::value>(p, vec, stream)
-                 : run_fwd_var_hdim<kDType, decltype(d)::value>(p, vec, stream);
+  if (p.plain_mask() && vec)
+    return dispatch_head_dim(p.head_dim, [&](auto d) {
+      return run_fwd_hdim<kDType, decltype(d)::value>(p, stream);
+    });
+  // Variants, and the element-wise copy path (head_dim % 8 != 0, unaligned
+  // rows): the variants kernels, whose vector flag is a run-time value.
+  return dispatch_head_dim<true>(p.head_dim, [&](auto d) {
+    return run_fwd_var_hdim<kDType, decltype(d)::value>(p, vec, stream);
   });
 }
 
 }  // namespace
 
-bool supports(DType dtype, int head_dim) {
+bool supports(DType dtype, int head_dim, bool variants) {
   return (dtype == DType::kFloat16 || dtype == DType::kBFloat16) && head_dim >= 1 &&
-         round_head_dim(head_dim) != 0;
+         (variants ? round_variant_head_dim(head_dim) : round_head_dim(head_dim)) != 0;
+}
+
+std::vector<int> head_dims(bool variants) {
+  std::vector<int> out;
+  for (int d = 32; d <= 256; d += 32)
+    if ((variants ? round_variant_head_dim(d) : round_head_dim(d)) == d) out.push_back(d);
+  return out;
 }
 
 cudaError_t run_fwd(const FwdParams& p, cudaStream_t stream) {
-  if (!supports(p.dtype, p.head_dim)) return cudaErrorInvalidValue;
+  if (!supports(p.dtype, p.head_dim, !p.plain_mask())) return cudaErrorInvalidValue;
   if (p.batch < 0 || p.seqlen_q < 0 || p.seqlen_k < 0 || p.heads_q < 0 || p.heads_kv <= 0 ||
       p.heads_q % p.heads_kv != 0)
     return cudaErrorInvalidValue;

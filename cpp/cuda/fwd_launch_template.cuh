@@ -69,18 +69,15 @@ using DefaultTraits = FwdTraits<kHeadDim, FwdTile<kHeadDim>::kM, FwdTile<kHeadDi
 }  // namespace fwd
 
 template <DType kDType, int kHeadDim>
-cudaError_t run_fwd_hdim(const FwdParams& params, bool vec_ok, cudaStream_t stream) {
-  using Traits = fwd::DefaultTraits<kHeadDim, kDType>;
-  // The element-wise copy path (head_dim % 8 != 0, unaligned rows) runs on
-  // the variants kernel, whose vector flag is a run-time value: one
-  // instantiation fewer per head dim and dtype (build time); those inputs
-  // are on the slow scalar-copy path either way.
-  if (!vec_ok) return run_fwd_var_hdim<kDType, kHeadDim>(params, false, stream);
-  return fwd::launch_fwd<Traits, true>(params, stream);
+cudaError_t run_fwd_hdim(const FwdParams& params, cudaStream_t stream) {
+  // Vector copies only: the element-wise path (head_dim % 8 != 0, unaligned
+  // rows) runs on the variants kernel, whose vector flag is a run-time value
+  // (one instantiation fewer per head dim and dtype).
+  return fwd::launch_fwd<fwd::DefaultTraits<kHeadDim, kDType>, true>(params, stream);
 }
 
 }  // namespace jax_flash::cuda
 
 #define JAX_FLASH_INSTANTIATE_FWD(DTYPE, HDIM)                              \
   template cudaError_t jax_flash::cuda::run_fwd_hdim<jax_flash::DType::DTYPE, HDIM>( \
-      const jax_flash::FwdParams&, bool, cudaStream_t);
+      const jax_flash::FwdParams&, cudaStream_t);

@@ -45,9 +45,54 @@ inline constexpr int kCompiledHeadDims[] = {JAX_FLASH_ONLY_HEAD_DIMS};
 inline constexpr int kCompiledHeadDims[] = {32, 64, 96, 128, 160, 192, 224, 256};
 #endif
 
+// The variants kernels (any option beyond plain causal/full attention, and
+// the plain forward's element-wise copy path) exist only for some of those
+// head dims, to bound the build (CMake JAX_FLASH_CUDA_VARIANT_HEAD_DIMS,
+// default 32;64;128;256): a head dim of 96 runs them at 128, 160..224 at 256.
+// -DJAX_FLASH_VARIANT_HDIMS_SELECTED -DJAX_FLASH_VHDIM_64 ... restricts them;
+// without it every compiled head dim has them.
+inline constexpr int kVariantHeadDimsWanted[] = {
+#if defined(JAX_FLASH_VARIANT_HDIMS_SELECTED)
+#ifdef JAX_FLASH_VHDIM_32
+    32,
+#endif
+#ifdef JAX_FLASH_VHDIM_64
+    64,
+#endif
+#ifdef JAX_FLASH_VHDIM_96
+    96,
+#endif
+#ifdef JAX_FLASH_VHDIM_128
+    128,
+#endif
+#ifdef JAX_FLASH_VHDIM_160
+    160,
+#endif
+#ifdef JAX_FLASH_VHDIM_192
+    192,
+#endif
+#ifdef JAX_FLASH_VHDIM_224
+    224,
+#endif
+#ifdef JAX_FLASH_VHDIM_256
+    256,
+#endif
+#else
+    32, 64, 96, 128, 160, 192, 224, 256,
+#endif
+    0};  // 0: sentinel
+
 template <int D>
 constexpr bool head_dim_compiled() {
   for (int d : kCompiledHeadDims)
+    if (d == D) return true;
+  return false;
+}
+
+template <int D>
+constexpr bool variant_head_dim_compiled() {
+  if (!head_dim_compiled<D>()) return false;
+  for (int d : kVariantHeadDimsWanted)
     if (d == D) return true;
   return false;
 }
@@ -60,9 +105,20 @@ inline int round_head_dim(int head_dim) {
   return best;
 }
 
-template <int D, class Fn>
+// The same for the variants kernels.
+inline int round_variant_head_dim(int head_dim) {
+  int best = 0;
+  for (int d : kCompiledHeadDims) {
+    bool wanted = false;
+    for (int w : kVariantHeadDimsWanted) wanted = wanted || (w > 0 && w == d);
+    if (wanted && d > 0 && head_dim <= d && (best == 0 || d < best)) best = d;
+  }
+  return best;
+}
+
+template <int D, bool kVariants, class Fn>
 cudaError_t call_if_compiled(Fn& fn) {
-  if constexpr (head_dim_compiled<D>()) {
+  if constexpr (kVariants ? variant_head_dim_compiled<D>() : head_dim_compiled<D>()) {
     return fn(std::integral_constant<int, D>{});
   } else {
     return cudaErrorInvalidValue;
@@ -70,18 +126,19 @@ cudaError_t call_if_compiled(Fn& fn) {
 }
 
 // fn(std::integral_constant<int, D>{}) for the kernel head dim D that serves
-// head_dim; cudaErrorInvalidValue when no compiled kernel does.
-template <class Fn>
+// head_dim (plain kernels, or with kVariants the variants kernels);
+// cudaErrorInvalidValue when no compiled kernel does.
+template <bool kVariants = false, class Fn>
 cudaError_t dispatch_head_dim(int head_dim, Fn&& fn) {
-  switch (round_head_dim(head_dim)) {
-    case 32: return call_if_compiled<32>(fn);
-    case 64: return call_if_compiled<64>(fn);
-    case 96: return call_if_compiled<96>(fn);
-    case 128: return call_if_compiled<128>(fn);
-    case 160: return call_if_compiled<160>(fn);
-    case 192: return call_if_compiled<192>(fn);
-    case 224: return call_if_compiled<224>(fn);
-    case 256: return call_if_compiled<256>(fn);
+  switch (kVariants ? round_variant_head_dim(head_dim) : round_head_dim(head_dim)) {
+    case 32: return call_if_compiled<32, kVariants>(fn);
+    case 64: return call_if_compiled<64, kVariants>(fn);
+    case 96: return call_if_compiled<96, kVariants>(fn);
+    case 128: return call_if_compiled<128, kVariants>(fn);
+    case 160: return call_if_compiled<160, kVariants>(fn);
+    case 192: return call_if_compiled<192, kVariants>(fn);
+    case 224: return call_if_compiled<224, kVariants>(fn);
+    case 256: return call_if_compiled<256, kVariants>(fn);
     default: return cudaErrorInvalidValue;
   }
 }

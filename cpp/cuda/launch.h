@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 #include <cuda_runtime_api.h>
 
@@ -12,7 +13,12 @@ namespace jax_flash::cuda {
 
 // Head dims with a compiled kernel; other head dims <= 256 run on the next
 // larger one (zero-padded inside the kernel, invisible to the caller).
-bool supports(DType dtype, int head_dim);
+// `variants`: the kernels for anything beyond plain causal/full attention,
+// built for fewer head dims (cuda/head_dims.h).
+bool supports(DType dtype, int head_dim, bool variants);
+
+// The head dims with compiled plain (or variants) kernels, ascending.
+std::vector<int> head_dims(bool variants);
 
 // Enqueue the forward on `stream`. No synchronisation. Returns the launch
 // error, or cudaErrorInvalidValue for an unsupported dtype / head dim.

@@ -17,9 +17,15 @@ ffi::Error check_supported(const FwdParams& p) {
     return ffi::Error::InvalidArgument(
         "jax_flash on CUDA takes float16 or bfloat16 inputs; cast float32 q/k/v first "
         "(e.g. q.astype(jnp.bfloat16))");
-  if (!cuda::supports(p.dtype, p.head_dim))
-    return ffi::Error::InvalidArgument("jax_flash: no CUDA kernel for head_dim " +
-                                       std::to_string(p.head_dim) + " in this build");
+  const bool variants = !p.plain_mask();
+  if (!cuda::supports(p.dtype, p.head_dim, variants)) {
+    std::string dims;
+    for (int d : cuda::head_dims(variants)) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
+    return ffi::Error::InvalidArgument(
+        std::string("jax_flash: no CUDA ") + (variants ? "variants " : "") +
+        "kernel for head_dim " + std::to_string(p.head_dim) + " in this build (built: " +
+        (dims.empty() ? "none" : dims) + "; see JAX_FLASH_CUDA_HEAD_DIMS / _VARIANT_HEAD_DIMS)");
+  }
   return ffi::Error::Success();
 }
 

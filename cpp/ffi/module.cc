@@ -4,6 +4,11 @@
 
 #include "cpu/attention_cpu.h"
 #include "ffi/handlers.h"
+#ifdef JAX_FLASH_WITH_CUDA
+#include <nanobind/stl/vector.h>
+
+#include "cuda/launch.h"
+#endif
 
 namespace nb = nanobind;
 
@@ -36,6 +41,9 @@ NB_MODULE(_jax_flash, m) {
   m.def("cpu_isa", []() { return jax_flash::cpu::isa_name(); });
 #ifdef JAX_FLASH_WITH_CUDA
   m.attr("cuda_archs") = JAX_FLASH_CUDA_ARCHS_STR;
+  // Head dims of the compiled CUDA kernels (plain, variants): the Python side
+  // sizes the backward's workspace by the head dim that will run.
+  m.def("cuda_head_dims", [](bool variants) { return jax_flash::cuda::head_dims(variants); });
 #else
   m.attr("cuda_archs") = nb::none();
 #endif
