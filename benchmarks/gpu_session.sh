@@ -34,7 +34,14 @@ for stage in $stages; do
       ;;
     test)
       # XLA autotuning of the jnp references costs ~15 s a test; the kernels need none.
-      XLA_FLAGS="${XLA_FLAGS:---xla_gpu_autotune_level=0}" timeout ${TEST_TIMEOUT:-400} python3 -P -m pytest -m gpu -q --durations=10 ${TESTS:-tests} 2>&1 \
+      # Most of a GPU test's time is XLA compiling references on the host: TEST_WORKERS=N
+      # runs N pytest-xdist processes sharing the GPU (no memory preallocation).
+      par=""
+      if [ -n "${TEST_WORKERS:-}" ]; then
+        par="-n $TEST_WORKERS"
+        export XLA_PYTHON_CLIENT_PREALLOCATE=false
+      fi
+      XLA_FLAGS="${XLA_FLAGS:---xla_gpu_autotune_level=0}" timeout ${TEST_TIMEOUT:-400} python3 -P -m pytest -m gpu $par -q -rfE --durations=10 ${TESTS:-tests} 2>&1 \
         | tee "$OUT/pytest_gpu.log" | tail -25
       ;;
     sanitize)
