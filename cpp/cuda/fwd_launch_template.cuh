@@ -76,6 +76,14 @@ cudaError_t run_fwd_hdim(const FwdParams& params, bool vec_ok, cudaStream_t stre
   // instantiation fewer per head dim and dtype (build time); those inputs
   // are on the slow scalar-copy path either way.
   if (!vec_ok) return run_fwd_var_hdim<kDType, kHeadDim>(params, false, stream);
+#if defined(JAX_FLASH_FWD_SM90)
+  // Built with sm_90a (fwd_sm90_*.cu units): the wgmma kernel on cc 9.0
+  // devices; it answers cudaErrorNotSupported elsewhere.
+  if constexpr (kHeadDim == 64 || kHeadDim == 128) {
+    const cudaError_t err = run_fwd_sm90_hdim<kDType, kHeadDim>(params, stream);
+    if (err != cudaErrorNotSupported) return err;
+  }
+#endif
   return fwd::launch_fwd<Traits, true>(params, stream);
 }
 

@@ -28,9 +28,13 @@
 
 namespace jax_flash::cuda::fwd {
 
-template <int kHeadDim_, int kBlockN_, typename Element_>
+// kOverlap: S(j) = Q K(j)^T is issued together with O += P(j+1) V(j+1), and
+// the softmax of S(j) runs while that P V wgmma is in flight (the O rescale
+// waits for it); otherwise each wgmma is waited on before the softmax.
+template <int kHeadDim_, int kBlockN_, typename Element_, bool kOverlap_ = true>
 struct Sm90Traits {
   using Element = Element_;
+  static constexpr bool kOverlap = kOverlap_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = 128;  // 2 warpgroups x 64 rows
   static constexpr int kBlockN = kBlockN_;
@@ -85,6 +89,45 @@ struct Sm90Traits {
 template <int kBlockN>
 using PAsALayout = Layout<Shape<Shape<_2, _2, _2>, _1, Int<kBlockN / 16>>,
                           Stride<Stride<_1, _2, _4>, _0, _8>>;
+
+// Online softmax of one S tile that leaves O alone: P overwrites the raw
+// scores, corr[r] gets the factor by which O must be rescaled (once the
+// P V wgmma of the previous tile, in flight meanwhile, has landed).
+template <int kRows, class TS>
+__device__ __forceinline__ void softmax_step(OnlineSoftmax<kRows>& sm, TS& acc_s, float (&corr)[kRows],
+                                             float scale_log2) {
+  Tensor s = make_tensor(acc_s.data(), acc_rowcol_layout(acc_s.layout()));
+  static_assert(decltype(size<0>(s))::value == kRows);
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    float m = sm.row_max[r];
+#pragma unroll
+    for (int c = 0; c < size<1>(s); ++c) m = fmaxf(m, s(r, c));
+    m = quad_allreduce(m, MaxOp{});
+    // Every score masked so far: max -inf; subtract 0 (exp2(-inf) = 0, no NaN).
+    const float m_sub = (m == -INFINITY) ? 0.f : m * scale_log2;
+    corr[r] = exp2f(sm.row_max[r] * scale_log2 - m_sub);
+    sm.row_max[r] = m;
+    float sum = 0.f;
+#pragma unroll
+    for (int c = 0; c < size<1>(s); ++c) {
+      const float pv = exp2f(s(r, c) * scale_log2 - m_sub);
+      s(r, c) = pv;
+      sum += pv;
+    }
+    sm.row_sum[r] = sm.row_sum[r] * corr[r] + sum;
+  }
+}
+
+template <int kRows, class TO>
+__device__ __forceinline__ void rescale_rows(TO& acc_o, float const (&corr)[kRows]) {
+  Tensor o = make_tensor(acc_o.data(), acc_rowcol_layout(acc_o.layout()));
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+    for (int c = 0; c < size<1>(o); ++c) o(r, c) *= corr[r];
+  }
+}
 
 // Issue acc (+)= A B over all k16 slices as one wgmma batch (not waited on).
 // kRegA: A is a register fragment (RS), else smem descriptors (SS).
@@ -183,47 +226,123 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_sm90_kernel(const __
   const bool pre_scale = !(args.scale_log2 > 0.f);
   const float scale_log2 = pre_scale ? 1.f : args.scale_log2;
 
-  int n_block = n_blocks - 1;
-  if (n_block >= 0) {
-    load_tile<true, true>(gcopy, tQg, tQs, tQc, rows_left, head_dim);
-    load_tile<true, true>(gcopy, tKg(_, _, _, n_block), tKs(_, _, _, 0), tKVc, p.seqlen_k - n_block * kBlockN, head_dim);
-    load_tile<true, true>(gcopy, tVg(_, _, _, n_block), tVs(_, _, _, 0), tKVc, p.seqlen_k - n_block * kBlockN, head_dim);
-    cp_async_fence();
-  }
-
-  int stage = 0;
-  for (; n_block >= 0; --n_block) {
-    const int col0 = n_block * kBlockN;
-    const bool need_mask = tile_needs_mask<kBlockM, kBlockN>(row0, col0, p.seqlen_k, p.causal);
-    cp_async_wait<0>();
-    cutlass::arch::fence_view_async_shared();  // cp.async writes -> wgmma (async proxy) reads
-    __syncthreads();  // K(n), V(n) landed; everyone is done with the other stage
-    if (n_block > 0) {
-      // Only the last key tile (visited first) can be partial: unchecked rows.
-      load_tile<true, false>(gcopy, tKg(_, _, _, n_block - 1), tKs(_, _, _, stage ^ 1), tKVc, kBlockN, head_dim);
-      load_tile<true, false>(gcopy, tVg(_, _, _, n_block - 1), tVs(_, _, _, stage ^ 1), tKVc, kBlockN, head_dim);
+  if constexpr (!Traits::kOverlap) {
+    int n_block = n_blocks - 1;
+    if (n_block >= 0) {
+      load_tile<true, true>(gcopy, tQg, tQs, tQc, rows_left, head_dim);
+      load_tile<true, true>(gcopy, tKg(_, _, _, n_block), tKs(_, _, _, 0), tKVc, p.seqlen_k - n_block * kBlockN, head_dim);
+      load_tile<true, true>(gcopy, tVg(_, _, _, n_block), tVs(_, _, _, 0), tKVc, p.seqlen_k - n_block * kBlockN, head_dim);
       cp_async_fence();
     }
 
-    Tensor acc_s = partition_fragment_C(mma_s, Shape<Int<kBlockM>, Int<kBlockN>>{});
-    static_assert(decltype(size<1>(acc_s))::value == 1 && decltype(size<2>(acc_s))::value == 1);
-    wgmma_issue<true, false>(mma_s, tSrQ, tSrK(_, _, _, stage), acc_s);
-    warpgroup_wait<0>();
-    warpgroup_fence_operand(acc_s);
+    int stage = 0;
+    for (; n_block >= 0; --n_block) {
+      const int col0 = n_block * kBlockN;
+      const bool need_mask = tile_needs_mask<kBlockM, kBlockN>(row0, col0, p.seqlen_k, p.causal);
+      cp_async_wait<0>();
+      cutlass::arch::fence_view_async_shared();  // cp.async writes -> wgmma (async proxy) reads
+      __syncthreads();  // K(n), V(n) landed; everyone is done with the other stage
+      if (n_block > 0) {
+        // Only the last key tile (visited first) can be partial: unchecked rows.
+        load_tile<true, false>(gcopy, tKg(_, _, _, n_block - 1), tKs(_, _, _, stage ^ 1), tKVc, kBlockN, head_dim);
+        load_tile<true, false>(gcopy, tVg(_, _, _, n_block - 1), tVs(_, _, _, stage ^ 1), tKVc, kBlockN, head_dim);
+        cp_async_fence();
+      }
 
-    if (pre_scale) {
-#pragma unroll
-      for (int i = 0; i < size(acc_s); ++i) acc_s(i) *= args.scale_log2;
+      Tensor acc_s = partition_fragment_C(mma_s, Shape<Int<kBlockM>, Int<kBlockN>>{});
+      static_assert(decltype(size<1>(acc_s))::value == 1 && decltype(size<2>(acc_s))::value == 1);
+      wgmma_issue<true, false>(mma_s, tSrQ, tSrK(_, _, _, stage), acc_s);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(acc_s);
+
+      if (pre_scale) {
+  #pragma unroll
+        for (int i = 0; i < size(acc_s); ++i) acc_s(i) *= args.scale_log2;
+      }
+      if (need_mask) apply_mask(acc_s, tSc, row0, col0, p.seqlen_k, p.causal);
+      softmax.update(acc_s, acc_o, scale_log2);
+
+      Tensor rP = convert_regs<Element>(acc_s);
+      Tensor tOrP = make_tensor(rP.data(), PAsALayout<kBlockN>{});
+      wgmma_issue<false, true>(mma_o, tOrP, tOrV(_, _, _, stage), acc_o);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(acc_o);
+      stage ^= 1;
     }
-    if (need_mask) apply_mask(acc_s, tSc, row0, col0, p.seqlen_k, p.causal);
-    softmax.update(acc_s, acc_o, scale_log2);
-
-    Tensor rP = convert_regs<Element>(acc_s);
-    Tensor tOrP = make_tensor(rP.data(), PAsALayout<kBlockN>{});
-    wgmma_issue<false, true>(mma_o, tOrP, tOrV(_, _, _, stage), acc_o);
-    warpgroup_wait<0>();
-    warpgroup_fence_operand(acc_o);
-    stage ^= 1;
+  } else {
+    // Tile t uses K/V slot (n_first - t) & 1. cp.async groups: prologue
+    // {Q, K(n_first)}, {V(n_first)}; then per step one group {K(j-1), V(j)}.
+    const int n_first = n_blocks - 1;
+    auto slot = [&](int t) { return (n_first - t) & 1; };
+    auto s_tile = [&](int t, auto& acc_s) {
+      wgmma_issue<true, false>(mma_s, tSrQ, tSrK(_, _, _, slot(t)), acc_s);
+    };
+    auto mask_scale = [&](int t, auto& acc_s) {
+      const int col0 = t * kBlockN;
+      if (pre_scale) {
+#pragma unroll
+        for (int i = 0; i < size(acc_s); ++i) acc_s(i) *= args.scale_log2;
+      }
+      if (tile_needs_mask<kBlockM, kBlockN>(row0, col0, p.seqlen_k, p.causal))
+        apply_mask(acc_s, tSc, row0, col0, p.seqlen_k, p.causal);
+    };
+    using AccS = decltype(partition_fragment_C(mma_s, Shape<Int<kBlockM>, Int<kBlockN>>{}));
+    using FragP = decltype(make_tensor<Element>(PAsALayout<kBlockN>{}));
+    FragP tOrP;
+    float corr[kRows];
+    if (n_first >= 0) {
+      const int kv_left = p.seqlen_k - n_first * kBlockN;
+      load_tile<true, true>(gcopy, tQg, tQs, tQc, rows_left, head_dim);
+      load_tile<true, true>(gcopy, tKg(_, _, _, n_first), tKs(_, _, _, 0), tKVc, kv_left, head_dim);
+      cp_async_fence();
+      load_tile<true, true>(gcopy, tVg(_, _, _, n_first), tVs(_, _, _, 0), tKVc, kv_left, head_dim);
+      cp_async_fence();
+      cp_async_wait<1>();  // Q, K(n_first)
+      cutlass::arch::fence_view_async_shared();
+      __syncthreads();
+      if (n_first > 0) {
+        load_tile<true, false>(gcopy, tKg(_, _, _, n_first - 1), tKs(_, _, _, 1), tKVc, kBlockN, head_dim);
+      }
+      cp_async_fence();
+      AccS acc_s;
+      s_tile(n_first, acc_s);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(acc_s);
+      mask_scale(n_first, acc_s);
+      softmax_step(softmax, acc_s, corr, scale_log2);  // O is still 0: no rescale
+      Tensor rP = convert_regs<Element>(acc_s);
+#pragma unroll
+      for (int i = 0; i < size(tOrP); ++i) tOrP(i) = rP(i);
+    }
+    for (int j = n_first - 1; j >= 0; --j) {
+      cp_async_wait<0>();  // K(j), V(j + 1)
+      cutlass::arch::fence_view_async_shared();
+      __syncthreads();  // every warpgroup is done with K(j + 1) and V(j + 2)
+      if (j > 0) load_tile<true, false>(gcopy, tKg(_, _, _, j - 1), tKs(_, _, _, slot(j - 1)), tKVc, kBlockN, head_dim);
+      load_tile<true, false>(gcopy, tVg(_, _, _, j), tVs(_, _, _, slot(j)), tKVc, kBlockN, head_dim);
+      cp_async_fence();
+      AccS acc_s;
+      s_tile(j, acc_s);
+      wgmma_issue<false, true>(mma_o, tOrP, tOrV(_, _, _, slot(j + 1)), acc_o);
+      warpgroup_wait<1>();  // S(j)
+      warpgroup_fence_operand(acc_s);
+      mask_scale(j, acc_s);
+      softmax_step(softmax, acc_s, corr, scale_log2);
+      warpgroup_wait<0>();  // P(j + 1) V(j + 1)
+      warpgroup_fence_operand(acc_o);
+      rescale_rows(acc_o, corr);
+      Tensor rP = convert_regs<Element>(acc_s);
+#pragma unroll
+      for (int i = 0; i < size(tOrP); ++i) tOrP(i) = rP(i);
+    }
+    if (n_first >= 0) {
+      cp_async_wait<0>();  // V(0)
+      cutlass::arch::fence_view_async_shared();
+      __syncthreads();
+      wgmma_issue<false, true>(mma_o, tOrP, tOrV(_, _, _, slot(0)), acc_o);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(acc_o);
+    }
   }
 
   // ---- epilogue ----
