@@ -79,7 +79,7 @@ cudaError_t run_fwd_hdim(const FwdParams& params, bool vec_ok, cudaStream_t stre
 #if defined(JAX_FLASH_FWD_SM90)
   // Built with sm_90a (fwd_sm90_*.cu units): the wgmma kernel on cc 9.0
   // devices; it answers cudaErrorNotSupported elsewhere.
-  if constexpr (kHeadDim == 64 || kHeadDim == 128) {
+  if constexpr (kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256) {
     const cudaError_t err = run_fwd_sm90_hdim<kDType, kHeadDim>(params, stream);
     if (err != cudaErrorNotSupported) return err;
   }

@@ -242,16 +242,16 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_sm90_kernel(const __
       cp_async_wait<0>();
       cutlass::arch::fence_view_async_shared();  // cp.async writes -> wgmma (async proxy) reads
       __syncthreads();  // K(n), V(n) landed; everyone is done with the other stage
+      Tensor acc_s = partition_fragment_C(mma_s, Shape<Int<kBlockM>, Int<kBlockN>>{});
+      static_assert(decltype(size<1>(acc_s))::value == 1 && decltype(size<2>(acc_s))::value == 1);
+      wgmma_issue<true, false>(mma_s, tSrQ, tSrK(_, _, _, stage), acc_s);
+      // Next tile's loads issued behind the wgmma. Only the last key tile
+      // (visited first) can be partial: unchecked rows.
       if (n_block > 0) {
-        // Only the last key tile (visited first) can be partial: unchecked rows.
         load_tile<true, false>(gcopy, tKg(_, _, _, n_block - 1), tKs(_, _, _, stage ^ 1), tKVc, kBlockN, head_dim);
         load_tile<true, false>(gcopy, tVg(_, _, _, n_block - 1), tVs(_, _, _, stage ^ 1), tKVc, kBlockN, head_dim);
         cp_async_fence();
       }
-
-      Tensor acc_s = partition_fragment_C(mma_s, Shape<Int<kBlockM>, Int<kBlockN>>{});
-      static_assert(decltype(size<1>(acc_s))::value == 1 && decltype(size<2>(acc_s))::value == 1);
-      wgmma_issue<true, false>(mma_s, tSrQ, tSrK(_, _, _, stage), acc_s);
       warpgroup_wait<0>();
       warpgroup_fence_operand(acc_s);
 
@@ -318,12 +318,13 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_sm90_kernel(const __
       cp_async_wait<0>();  // K(j), V(j + 1)
       cutlass::arch::fence_view_async_shared();
       __syncthreads();  // every warpgroup is done with K(j + 1) and V(j + 2)
-      if (j > 0) load_tile<true, false>(gcopy, tKg(_, _, _, j - 1), tKs(_, _, _, slot(j - 1)), tKVc, kBlockN, head_dim);
-      load_tile<true, false>(gcopy, tVg(_, _, _, j), tVs(_, _, _, slot(j)), tKVc, kBlockN, head_dim);
-      cp_async_fence();
       AccS acc_s;
       s_tile(j, acc_s);
       wgmma_issue<false, true>(mma_o, tOrP, tOrV(_, _, _, slot(j + 1)), acc_o);
+      // Loads issued behind the wgmmas.
+      if (j > 0) load_tile<true, false>(gcopy, tKg(_, _, _, j - 1), tKs(_, _, _, slot(j - 1)), tKVc, kBlockN, head_dim);
+      load_tile<true, false>(gcopy, tVg(_, _, _, j), tVs(_, _, _, slot(j)), tKVc, kBlockN, head_dim);
+      cp_async_fence();
       warpgroup_wait<1>();  // S(j)
       warpgroup_fence_operand(acc_s);
       mask_scale(j, acc_s);
