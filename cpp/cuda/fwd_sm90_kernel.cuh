@@ -31,10 +31,13 @@ namespace jax_flash::cuda::fwd {
 // kOverlap: S(j) = Q K(j)^T is issued together with O += P(j+1) V(j+1), and
 // the softmax of S(j) runs while that P V wgmma is in flight (the O rescale
 // waits for it); otherwise each wgmma is waited on before the softmax.
-template <int kHeadDim_, int kBlockN_, typename Element_, bool kOverlap_ = true>
+// kLoadsFirst: the next tiles' cp.async loads are issued before the
+// wgmmas of the step (else right behind them).
+template <int kHeadDim_, int kBlockN_, typename Element_, bool kOverlap_ = true, bool kLoadsFirst_ = true>
 struct Sm90Traits {
   using Element = Element_;
   static constexpr bool kOverlap = kOverlap_;
+  static constexpr bool kLoadsFirst = kLoadsFirst_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = 128;  // 2 warpgroups x 64 rows
   static constexpr int kBlockN = kBlockN_;
@@ -242,16 +245,20 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_sm90_kernel(const __
       cp_async_wait<0>();
       cutlass::arch::fence_view_async_shared();  // cp.async writes -> wgmma (async proxy) reads
       __syncthreads();  // K(n), V(n) landed; everyone is done with the other stage
+      // Next tile's loads. Only the last key tile (visited first) can be
+      // partial: unchecked rows.
+      auto loads = [&]() {
+        if (n_block > 0) {
+          load_tile<true, false>(gcopy, tKg(_, _, _, n_block - 1), tKs(_, _, _, stage ^ 1), tKVc, kBlockN, head_dim);
+          load_tile<true, false>(gcopy, tVg(_, _, _, n_block - 1), tVs(_, _, _, stage ^ 1), tKVc, kBlockN, head_dim);
+          cp_async_fence();
+        }
+      };
+      if constexpr (Traits::kLoadsFirst) loads();
       Tensor acc_s = partition_fragment_C(mma_s, Shape<Int<kBlockM>, Int<kBlockN>>{});
       static_assert(decltype(size<1>(acc_s))::value == 1 && decltype(size<2>(acc_s))::value == 1);
       wgmma_issue<true, false>(mma_s, tSrQ, tSrK(_, _, _, stage), acc_s);
-      // Next tile's loads issued behind the wgmma. Only the last key tile
-      // (visited first) can be partial: unchecked rows.
-      if (n_block > 0) {
-        load_tile<true, false>(gcopy, tKg(_, _, _, n_block - 1), tKs(_, _, _, stage ^ 1), tKVc, kBlockN, head_dim);
-        load_tile<true, false>(gcopy, tVg(_, _, _, n_block - 1), tVs(_, _, _, stage ^ 1), tKVc, kBlockN, head_dim);
-        cp_async_fence();
-      }
+      if constexpr (!Traits::kLoadsFirst) loads();
       warpgroup_wait<0>();
       warpgroup_fence_operand(acc_s);
 
@@ -318,13 +325,16 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_sm90_kernel(const __
       cp_async_wait<0>();  // K(j), V(j + 1)
       cutlass::arch::fence_view_async_shared();
       __syncthreads();  // every warpgroup is done with K(j + 1) and V(j + 2)
+      auto loads = [&]() {
+        if (j > 0) load_tile<true, false>(gcopy, tKg(_, _, _, j - 1), tKs(_, _, _, slot(j - 1)), tKVc, kBlockN, head_dim);
+        load_tile<true, false>(gcopy, tVg(_, _, _, j), tVs(_, _, _, slot(j)), tKVc, kBlockN, head_dim);
+        cp_async_fence();
+      };
+      if constexpr (Traits::kLoadsFirst) loads();
       AccS acc_s;
       s_tile(j, acc_s);
       wgmma_issue<false, true>(mma_o, tOrP, tOrV(_, _, _, slot(j + 1)), acc_o);
-      // Loads issued behind the wgmmas.
-      if (j > 0) load_tile<true, false>(gcopy, tKg(_, _, _, j - 1), tKs(_, _, _, slot(j - 1)), tKVc, kBlockN, head_dim);
-      load_tile<true, false>(gcopy, tVg(_, _, _, j), tVs(_, _, _, slot(j)), tKVc, kBlockN, head_dim);
-      cp_async_fence();
+      if constexpr (!Traits::kLoadsFirst) loads();
       warpgroup_wait<1>();  // S(j)
       warpgroup_fence_operand(acc_s);
       mask_scale(j, acc_s);

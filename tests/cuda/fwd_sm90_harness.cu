@@ -11,22 +11,25 @@
 
 namespace jf = jax_flash::cuda;
 
-// sm90_alt/*.cu: alternative configurations (bf16)
+// sm90_alt/*.cu: alternative configurations (bf16); "late" = loads issued
+// behind the wgmmas, "ov" = overlapped loop, "noov" = each wgmma waited on.
 cudaError_t sm90_d128_n128_noov(const FwdParams& p, cudaStream_t s);
 cudaError_t sm90_d128_n192_noov(const FwdParams& p, cudaStream_t s);
-cudaError_t sm90_d64_n128_noov(const FwdParams& p, cudaStream_t s);
-cudaError_t sm90_d64_n192_noov(const FwdParams& p, cudaStream_t s);
-cudaError_t sm90_d256_n64_noov(const FwdParams& p, cudaStream_t s);
+cudaError_t sm90_d128_n192_ov(const FwdParams& p, cudaStream_t s);
+cudaError_t sm90_d128_n128_ov_late(const FwdParams& p, cudaStream_t s);
+cudaError_t sm90_d64_n128_ov_late(const FwdParams& p, cudaStream_t s);
+cudaError_t sm90_d256_n64_ov_late(const FwdParams& p, cudaStream_t s);
 struct Alt {
   const char* name;
   int d;
   TuneFn fn;
 };
-static const Alt kAlts[] = {{"no-overlap BN=128", 128, &sm90_d128_n128_noov},
-                            {"no-overlap BN=192", 128, &sm90_d128_n192_noov},
-                            {"no-overlap BN=128", 64, &sm90_d64_n128_noov},
-                            {"no-overlap BN=192", 64, &sm90_d64_n192_noov},
-                            {"no-overlap BN=64", 256, &sm90_d256_n64_noov}};
+static const Alt kAlts[] = {{"noov BN=128", 128, &sm90_d128_n128_noov},
+                            {"noov BN=192", 128, &sm90_d128_n192_noov},
+                            {"ov BN=192", 128, &sm90_d128_n192_ov},
+                            {"ov late-loads BN=128", 128, &sm90_d128_n128_ov_late},
+                            {"ov late-loads BN=128", 64, &sm90_d64_n128_ov_late},
+                            {"ov late-loads BN=64", 256, &sm90_d256_n64_ov_late}};
 
 // The Hopper forward for one (dtype, head dim <= 256): the kernel head dim
 // is 64, 128 or 256 (columns past head_dim are zero-padded, as run_fwd does).
