@@ -18,4 +18,11 @@ cudaError_t run_fwd_hdim(const FwdParams& params, cudaStream_t stream);
 template <DType kDType, int kHeadDim>
 cudaError_t run_fwd_var_hdim(const FwdParams& params, bool vec_ok, cudaStream_t stream);
 
+// Hopper (wgmma) forward for plain attention with vector-aligned inputs
+// (instantiations/fwd_sm90_*.cu, built only when the archs include 90a);
+// cudaErrorNotSupported when the device is not cc 9.0 or the kernel has no
+// sm_90a binary.
+template <DType kDType, int kHeadDim>
+cudaError_t run_fwd_sm90_hdim(const FwdParams& params, cudaStream_t stream);
+
 }  // namespace jax_flash::cuda

@@ -73,6 +73,14 @@ cudaError_t run_fwd_hdim(const FwdParams& params, cudaStream_t stream) {
   // Vector copies only: the element-wise path (head_dim % 8 != 0, unaligned
   // rows) runs on the variants kernel, whose vector flag is a run-time value
   // (one instantiation fewer per head dim and dtype).
+#if defined(JAX_FLASH_FWD_SM90)
+  // Built with sm_90a (fwd_sm90_*.cu units): the wgmma kernel on cc 9.0
+  // devices; it answers cudaErrorNotSupported elsewhere.
+  if constexpr (kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256) {
+    const cudaError_t err = run_fwd_sm90_hdim<kDType, kHeadDim>(params, stream);
+    if (err != cudaErrorNotSupported) return err;
+  }
+#endif
   return fwd::launch_fwd<fwd::DefaultTraits<kHeadDim, kDType>, true>(params, stream);
 }
 

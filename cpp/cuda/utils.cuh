@@ -30,11 +30,20 @@ __device__ __forceinline__ float quad_allreduce(float x, Op op) {
 
 // SM80 MMA accumulator ((2,2), MMA_M, MMA_N) seen as a matrix
 // (rows = (2, MMA_M), cols = (2, MMA_N)). Value mode (2,2) = (col pair, row +8).
+// SM90 GMMA accumulator ((2,2,N/8), MMA_M, MMA_N): value mode (col pair,
+// row +8, n8 block); the same quad ownership of rows, so the same view
+// (rows = (2, MMA_M), cols = (2, N/8, MMA_N)).
 template <class Layout>
 __device__ __forceinline__ constexpr auto acc_rowcol_layout(Layout const& l) {
   static_assert(decltype(rank(l))::value == 3);
-  static_assert(decltype(size<0>(l))::value == 4);
-  return make_layout(make_layout(get<0, 1>(l), get<1>(l)), make_layout(get<0, 0>(l), get<2>(l)));
+  if constexpr (decltype(rank<0>(l))::value == 3) {
+    static_assert(decltype(size<0, 0>(l))::value == 2 && decltype(size<0, 1>(l))::value == 2);
+    return make_layout(make_layout(get<0, 1>(l), get<1>(l)),
+                       make_layout(get<0, 0>(l), get<0, 2>(l), get<2>(l)));
+  } else {
+    static_assert(decltype(size<0>(l))::value == 4);
+    return make_layout(make_layout(get<0, 1>(l), get<1>(l)), make_layout(get<0, 0>(l), get<2>(l)));
+  }
 }
 
 // Accumulator of S = Q K^T, ((2,2), MMA_M, MMA_N), reinterpreted as the

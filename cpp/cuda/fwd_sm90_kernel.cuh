@@ -1,0 +1,401 @@
+// Hopper (SM90a) forward for plain attention (no variants): wgmma tensor
+// cores, no warp specialisation. One CTA of 2 warpgroups per 128-row query
+// tile; each warpgroup owns 64 rows (the wgmma M). K and V tiles are double
+// buffered in 128 B-swizzled shared memory and loaded one tile ahead with
+// cp.async. S = Q K^T is an SS wgmma (both operands in smem); O += P V is an
+// RS wgmma: P stays in registers, the S accumulator converted to 16-bit and
+// re-viewed as the A-operand fragment. V is stored (BN, D) like K and read
+// through a transposed (MN-major) view as the B operand.
+// Key tiles are visited from the last one down, as the SM80 kernel does, so
+// the masked tiles (key end, causal diagonal) come first.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include <cute/tensor.hpp>
+#include <cute/atom/mma_atom.hpp>
+#include <cute/atom/mma_traits_sm90_gmma.hpp>
+#include <cute/arch/mma_sm90.hpp>
+#include <cute/container/array_aligned.hpp>
+#include <cutlass/arch/barrier.h>
+
+#include "cuda/fwd_kernel.cuh"  // FwdArgs
+#include "cuda/mask.cuh"
+#include "cuda/softmax.cuh"
+#include "cuda/utils.cuh"
+#include "params.h"
+
+namespace jax_flash::cuda::fwd {
+
+// kOverlap: S(j) = Q K(j)^T is issued together with O += P(j+1) V(j+1), and
+// the softmax of S(j) runs while that P V wgmma is in flight (the O rescale
+// waits for it); otherwise each wgmma is waited on before the softmax.
+// kLoadsFirst: the next tiles' cp.async loads are issued before the
+// wgmmas of the step (else right behind them).
+template <int kHeadDim_, int kBlockN_, typename Element_, bool kOverlap_ = true, bool kLoadsFirst_ = true>
+struct Sm90Traits {
+  using Element = Element_;
+  static constexpr bool kOverlap = kOverlap_;
+  static constexpr bool kLoadsFirst = kLoadsFirst_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = 128;  // 2 warpgroups x 64 rows
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kNThreads = 256;
+  static constexpr int kStages = 2;
+  static_assert(kHeadDim % 64 == 0 && kBlockN % 16 == 0);
+
+  using WarpgroupsMNK = Layout<Shape<_2, _1, _1>>;
+  // S = Q K^T: A = Q (BM, D), B = K (BN, D), both K-major in smem.
+  using TiledMmaS = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kBlockN>, Int<kHeadDim>>>(),
+      WarpgroupsMNK{}));
+  // O += P V: A = P in registers (K-major), B = V^T (D, BN) read MN-major.
+  using TiledMmaO = decltype(make_tiled_mma(
+      GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockN>>,
+                           GMMA::Major::K, GMMA::Major::MN>(),
+      WarpgroupsMNK{}));
+
+  using SmemAtom = GMMA::Layout_K_SW128_Atom<Element>;
+  using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  using SmemLayoutKV =
+      decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{}));
+  // V (BN, D, stage) seen as V^T (D, BN, stage): same bytes, (d, n) -> V(n, d).
+  using SmemLayoutVt = decltype(composition(
+      SmemLayoutKV{},
+      make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{}, Step<_2, _1, _3>{})));
+
+  struct SharedStorage {
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutKV>, 1024> k;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutKV>, 1024> v;
+  };
+  static constexpr int kSmemBytes = int(sizeof(SharedStorage));
+
+  // Global memory: 16 B per thread per copy, consecutive threads along a row.
+  static constexpr int kGmemRowK = kHeadDim % 128 == 0 ? 128 : 64;
+  static constexpr int kThreadsPerRow = kGmemRowK / 8;
+  using GmemThreads = Layout<Shape<Int<kNThreads / kThreadsPerRow>, Int<kThreadsPerRow>>,
+                             Stride<Int<kThreadsPerRow>, _1>>;
+  using GmemCopyIn = decltype(make_tiled_copy(
+      Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, Element>{}, GmemThreads{},
+      Layout<Shape<_1, _8>>{}));
+  using GmemCopyOut = decltype(make_tiled_copy(Copy_Atom<UniversalCopy<cute::uint128_t>, Element>{},
+                                               GmemThreads{}, Layout<Shape<_1, _8>>{}));
+  using SmemCopyAtomO = Copy_Atom<UniversalCopy<uint32_t>, Element>;
+};
+
+// The wgmma accumulator of S, ((2,2,BN/8), 1, 1) compact, converted to
+// 16-bit and seen as the RS A operand ((2,2,2), 1, BN/16): per k16 slice the
+// A fragment is (col pair, row +8, col +8), i.e. two adjacent n8 blocks of
+// the accumulator (the wgmma C and A register layouts agree per n8 block).
+template <int kBlockN>
+using PAsALayout = Layout<Shape<Shape<_2, _2, _2>, _1, Int<kBlockN / 16>>,
+                          Stride<Stride<_1, _2, _4>, _0, _8>>;
+
+// Online softmax of one S tile that leaves O alone: P overwrites the raw
+// scores, corr[r] gets the factor by which O must be rescaled (once the
+// P V wgmma of the previous tile, in flight meanwhile, has landed).
+template <int kRows, class TS>
+__device__ __forceinline__ void softmax_step(OnlineSoftmax<kRows>& sm, TS& acc_s, float (&corr)[kRows],
+                                             float scale_log2) {
+  Tensor s = make_tensor(acc_s.data(), acc_rowcol_layout(acc_s.layout()));
+  static_assert(decltype(size<0>(s))::value == kRows);
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    float m = sm.row_max[r];
+#pragma unroll
+    for (int c = 0; c < size<1>(s); ++c) m = fmaxf(m, s(r, c));
+    m = quad_allreduce(m, MaxOp{});
+    // Every score masked so far: max -inf; subtract 0 (exp2(-inf) = 0, no NaN).
+    const float m_sub = (m == -INFINITY) ? 0.f : m * scale_log2;
+    corr[r] = exp2f(sm.row_max[r] * scale_log2 - m_sub);
+    sm.row_max[r] = m;
+    float sum = 0.f;
+#pragma unroll
+    for (int c = 0; c < size<1>(s); ++c) {
+      const float pv = exp2f(s(r, c) * scale_log2 - m_sub);
+      s(r, c) = pv;
+      sum += pv;
+    }
+    sm.row_sum[r] = sm.row_sum[r] * corr[r] + sum;
+  }
+}
+
+template <int kRows, class TO>
+__device__ __forceinline__ void rescale_rows(TO& acc_o, float const (&corr)[kRows]) {
+  Tensor o = make_tensor(acc_o.data(), acc_rowcol_layout(acc_o.layout()));
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+    for (int c = 0; c < size<1>(o); ++c) o(r, c) *= corr[r];
+  }
+}
+
+// Issue acc (+)= A B over all k16 slices as one wgmma batch (not waited on).
+// kRegA: A is a register fragment (RS), else smem descriptors (SS).
+template <bool kZeroInit, bool kRegA, class TiledMma, class TA, class TB, class TC>
+__device__ __forceinline__ void wgmma_issue(TiledMma& mma, TA& tA, TB const& tB, TC& acc) {
+  if constexpr (kRegA) warpgroup_fence_operand(tA);
+  warpgroup_fence_operand(acc);
+  warpgroup_arrive();
+  if constexpr (kZeroInit) mma.accumulate_ = GMMA::ScaleOut::Zero;
+  CUTE_UNROLL
+  for (int k = 0; k < size<2>(tA); ++k) {
+    cute::gemm(mma, tA(_, _, k), tB(_, _, k), acc);
+    mma.accumulate_ = GMMA::ScaleOut::One;
+  }
+  warpgroup_commit_batch();
+  warpgroup_fence_operand(acc);
+  if constexpr (kRegA) warpgroup_fence_operand(tA);
+}
+
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_sm90_kernel(const __grid_constant__ FwdArgs args) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Element = typename Traits::Element;
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kBlockN = Traits::kBlockN;
+  constexpr int kHeadDim = Traits::kHeadDim;
+  using Storage = typename Traits::SharedStorage;
+
+  extern __shared__ __align__(1024) char smem_raw[];
+  Storage& smem = *reinterpret_cast<Storage*>(smem_raw);
+
+  const FwdParams& p = args.p;
+  const int tid = threadIdx.x;
+  const int m_block = p.causal ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
+  const int head = blockIdx.y;
+  const int batch = blockIdx.z;
+  const int head_kv = head / (p.heads_q / p.heads_kv);
+  const int row0 = m_block * kBlockM;
+  const int rows_left = p.seqlen_q - row0;
+  const int head_dim = p.head_dim;
+
+  int n_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
+  if (p.causal) {
+    const int last_row = min(row0 + kBlockM, p.seqlen_q);  // exclusive
+    n_blocks = min(n_blocks, (last_row + kBlockN - 1) / kBlockN);
+  }
+
+  const Element* q_ptr = static_cast<const Element*>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride;
+  const Element* k_ptr = static_cast<const Element*>(p.k) + batch * p.k_batch_stride + head_kv * p.k_head_stride;
+  const Element* v_ptr = static_cast<const Element*>(p.v) + batch * p.v_batch_stride + head_kv * p.v_head_stride;
+  Element* o_ptr = static_cast<Element*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride;
+
+  Tensor mQ = make_tensor(make_gmem_ptr(q_ptr), make_shape(p.seqlen_q, Int<kHeadDim>{}), make_stride(p.q_row_stride, _1{}));
+  Tensor mK = make_tensor(make_gmem_ptr(k_ptr), make_shape(p.seqlen_k, Int<kHeadDim>{}), make_stride(p.k_row_stride, _1{}));
+  Tensor mV = make_tensor(make_gmem_ptr(v_ptr), make_shape(p.seqlen_k, Int<kHeadDim>{}), make_stride(p.v_row_stride, _1{}));
+  Tensor mO = make_tensor(make_gmem_ptr(o_ptr), make_shape(p.seqlen_q, Int<kHeadDim>{}), make_stride(p.o_row_stride, _1{}));
+  Tensor gQ = local_tile(mQ, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(m_block, 0));
+  Tensor gO = local_tile(mO, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(m_block, 0));
+  Tensor gK = local_tile(mK, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, 0));  // (BN, D, n)
+  Tensor gV = local_tile(mV, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, 0));
+
+  Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
+  Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutKV{});  // (BN, D, stage)
+  Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutKV{});
+  Tensor sVt = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutVt{});  // (D, BN, stage)
+
+  // ---- gmem -> smem copies ----
+  typename Traits::GmemCopyIn gcopy;
+  auto gthr = gcopy.get_thread_slice(tid);
+  Tensor tQg = gthr.partition_S(gQ);
+  Tensor tQs = gthr.partition_D(sQ);
+  Tensor tKg = gthr.partition_S(gK);  // (CPY, CPY_N, CPY_K, n)
+  Tensor tKs = gthr.partition_D(sK);  // (CPY, CPY_N, CPY_K, stage)
+  Tensor tVg = gthr.partition_S(gV);
+  Tensor tVs = gthr.partition_D(sV);
+  Tensor tQc = gthr.partition_S(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  Tensor tKVc = gthr.partition_S(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+
+  // ---- wgmma partitions ----
+  typename Traits::TiledMmaS mma_s;
+  typename Traits::TiledMmaO mma_o;
+  auto thr_s = mma_s.get_thread_slice(tid);
+  auto thr_o = mma_o.get_thread_slice(tid);
+  Tensor tSrQ = thr_s.partition_fragment_A(sQ);   // smem descriptors (MMA, MMA_M, MMA_K)
+  Tensor tSrK = thr_s.partition_fragment_B(sK);   // (MMA, MMA_N, MMA_K, stage)
+  Tensor tOrV = thr_o.partition_fragment_B(sVt);  // (MMA, MMA_N, MMA_K, stage)
+  Tensor acc_o = partition_fragment_C(mma_o, Shape<Int<kBlockM>, Int<kHeadDim>>{});
+  Tensor tSc = thr_s.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
+  Tensor tOc = thr_o.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+
+  constexpr int kRows = 2 * decltype(size<1>(acc_o))::value;
+  static_assert(kRows == 2);
+  OnlineSoftmax<kRows> softmax;
+  clear(acc_o);
+
+  const bool pre_scale = !(args.scale_log2 > 0.f);
+  const float scale_log2 = pre_scale ? 1.f : args.scale_log2;
+
+  if constexpr (!Traits::kOverlap) {
+    int n_block = n_blocks - 1;
+    if (n_block >= 0) {
+      load_tile<true, true>(gcopy, tQg, tQs, tQc, rows_left, head_dim);
+      load_tile<true, true>(gcopy, tKg(_, _, _, n_block), tKs(_, _, _, 0), tKVc, p.seqlen_k - n_block * kBlockN, head_dim);
+      load_tile<true, true>(gcopy, tVg(_, _, _, n_block), tVs(_, _, _, 0), tKVc, p.seqlen_k - n_block * kBlockN, head_dim);
+      cp_async_fence();
+    }
+
+    int stage = 0;
+    for (; n_block >= 0; --n_block) {
+      const int col0 = n_block * kBlockN;
+      const bool need_mask = tile_needs_mask<kBlockM, kBlockN>(row0, col0, p.seqlen_k, p.causal);
+      cp_async_wait<0>();
+      cutlass::arch::fence_view_async_shared();  // cp.async writes -> wgmma (async proxy) reads
+      __syncthreads();  // K(n), V(n) landed; everyone is done with the other stage
+      // Next tile's loads. Only the last key tile (visited first) can be
+      // partial: unchecked rows.
+      auto loads = [&]() {
+        if (n_block > 0) {
+          load_tile<true, false>(gcopy, tKg(_, _, _, n_block - 1), tKs(_, _, _, stage ^ 1), tKVc, kBlockN, head_dim);
+          load_tile<true, false>(gcopy, tVg(_, _, _, n_block - 1), tVs(_, _, _, stage ^ 1), tKVc, kBlockN, head_dim);
+          cp_async_fence();
+        }
+      };
+      if constexpr (Traits::kLoadsFirst) loads();
+      Tensor acc_s = partition_fragment_C(mma_s, Shape<Int<kBlockM>, Int<kBlockN>>{});
+      static_assert(decltype(size<1>(acc_s))::value == 1 && decltype(size<2>(acc_s))::value == 1);
+      wgmma_issue<true, false>(mma_s, tSrQ, tSrK(_, _, _, stage), acc_s);
+      if constexpr (!Traits::kLoadsFirst) loads();
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(acc_s);
+
+      if (pre_scale) {
+  #pragma unroll
+        for (int i = 0; i < size(acc_s); ++i) acc_s(i) *= args.scale_log2;
+      }
+      if (need_mask) apply_mask(acc_s, tSc, row0, col0, p.seqlen_k, p.causal);
+      softmax.update(acc_s, acc_o, scale_log2);
+
+      Tensor rP = convert_regs<Element>(acc_s);
+      Tensor tOrP = make_tensor(rP.data(), PAsALayout<kBlockN>{});
+      wgmma_issue<false, true>(mma_o, tOrP, tOrV(_, _, _, stage), acc_o);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(acc_o);
+      stage ^= 1;
+    }
+  } else {
+    // Tile t uses K/V slot (n_first - t) & 1. cp.async groups: prologue
+    // {Q, K(n_first)}, {V(n_first)}; then per step one group {K(j-1), V(j)}.
+    const int n_first = n_blocks - 1;
+    auto slot = [&](int t) { return (n_first - t) & 1; };
+    auto s_tile = [&](int t, auto& acc_s) {
+      wgmma_issue<true, false>(mma_s, tSrQ, tSrK(_, _, _, slot(t)), acc_s);
+    };
+    auto mask_scale = [&](int t, auto& acc_s) {
+      const int col0 = t * kBlockN;
+      if (pre_scale) {
+#pragma unroll
+        for (int i = 0; i < size(acc_s); ++i) acc_s(i) *= args.scale_log2;
+      }
+      if (tile_needs_mask<kBlockM, kBlockN>(row0, col0, p.seqlen_k, p.causal))
+        apply_mask(acc_s, tSc, row0, col0, p.seqlen_k, p.causal);
+    };
+    using AccS = decltype(partition_fragment_C(mma_s, Shape<Int<kBlockM>, Int<kBlockN>>{}));
+    using FragP = decltype(make_tensor<Element>(PAsALayout<kBlockN>{}));
+    FragP tOrP;
+    float corr[kRows];
+    if (n_first >= 0) {
+      const int kv_left = p.seqlen_k - n_first * kBlockN;
+      load_tile<true, true>(gcopy, tQg, tQs, tQc, rows_left, head_dim);
+      load_tile<true, true>(gcopy, tKg(_, _, _, n_first), tKs(_, _, _, 0), tKVc, kv_left, head_dim);
+      cp_async_fence();
+      load_tile<true, true>(gcopy, tVg(_, _, _, n_first), tVs(_, _, _, 0), tKVc, kv_left, head_dim);
+      cp_async_fence();
+      cp_async_wait<1>();  // Q, K(n_first)
+      cutlass::arch::fence_view_async_shared();
+      __syncthreads();
+      if (n_first > 0) {
+        load_tile<true, false>(gcopy, tKg(_, _, _, n_first - 1), tKs(_, _, _, 1), tKVc, kBlockN, head_dim);
+      }
+      cp_async_fence();
+      AccS acc_s;
+      s_tile(n_first, acc_s);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(acc_s);
+      mask_scale(n_first, acc_s);
+      softmax_step(softmax, acc_s, corr, scale_log2);  // O is still 0: no rescale
+      Tensor rP = convert_regs<Element>(acc_s);
+#pragma unroll
+      for (int i = 0; i < size(tOrP); ++i) tOrP(i) = rP(i);
+    }
+    for (int j = n_first - 1; j >= 0; --j) {
+      cp_async_wait<0>();  // K(j), V(j + 1)
+      cutlass::arch::fence_view_async_shared();
+      __syncthreads();  // every warpgroup is done with K(j + 1) and V(j + 2)
+      auto loads = [&]() {
+        if (j > 0) load_tile<true, false>(gcopy, tKg(_, _, _, j - 1), tKs(_, _, _, slot(j - 1)), tKVc, kBlockN, head_dim);
+        load_tile<true, false>(gcopy, tVg(_, _, _, j), tVs(_, _, _, slot(j)), tKVc, kBlockN, head_dim);
+        cp_async_fence();
+      };
+      if constexpr (Traits::kLoadsFirst) loads();
+      AccS acc_s;
+      s_tile(j, acc_s);
+      wgmma_issue<false, true>(mma_o, tOrP, tOrV(_, _, _, slot(j + 1)), acc_o);
+      if constexpr (!Traits::kLoadsFirst) loads();
+      warpgroup_wait<1>();  // S(j)
+      warpgroup_fence_operand(acc_s);
+      mask_scale(j, acc_s);
+      softmax_step(softmax, acc_s, corr, scale_log2);
+      warpgroup_wait<0>();  // P(j + 1) V(j + 1)
+      warpgroup_fence_operand(acc_o);
+      rescale_rows(acc_o, corr);
+      Tensor rP = convert_regs<Element>(acc_s);
+#pragma unroll
+      for (int i = 0; i < size(tOrP); ++i) tOrP(i) = rP(i);
+    }
+    if (n_first >= 0) {
+      cp_async_wait<0>();  // V(0)
+      cutlass::arch::fence_view_async_shared();
+      __syncthreads();
+      wgmma_issue<false, true>(mma_o, tOrP, tOrV(_, _, _, slot(0)), acc_o);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(acc_o);
+    }
+  }
+
+  // ---- epilogue ----
+  float lse[kRows];
+  softmax.finalize(acc_o, lse, scale_log2);
+
+  cp_async_wait<0>();
+  __syncthreads();  // every warpgroup's wgmmas on sQ are done: O reuses it
+
+  Tensor rO = convert_regs<Element>(acc_o);
+  Tensor sO = sQ;
+  auto r2s = make_tiled_copy_C(typename Traits::SmemCopyAtomO{}, mma_o);
+  auto r2s_thr = r2s.get_thread_slice(tid);
+  Tensor rO_view = r2s_thr.retile_S(rO);
+  Tensor sO_part = r2s_thr.partition_D(sO);
+  cute::copy(r2s, rO_view, sO_part);
+
+  // LSE: lane % 4 == 0 owns column 0 of its rows.
+  Tensor tOc_rc = make_tensor(tOc.data(), acc_rowcol_layout(tOc.layout()));
+  if (get<1>(tOc_rc(0, 0)) == 0) {
+    float* lse_row = p.lse + (int64_t(batch) * p.heads_q + head) * int64_t(p.seqlen_q);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int row = row0 + get<0>(tOc_rc(r, 0));
+      if (row < p.seqlen_q) lse_row[row] = lse[r];
+    }
+  }
+
+  __syncthreads();
+  typename Traits::GmemCopyOut gcopy_o;
+  auto gthr_o = gcopy_o.get_thread_slice(tid);
+  Tensor tOs = gthr_o.partition_S(sO);
+  Tensor tOg = gthr_o.partition_D(gO);
+  Tensor tOr = make_tensor<Element>(shape(tOg));
+  cute::copy(gcopy_o, tOs, tOr);
+  Tensor tOcg = gthr_o.partition_D(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  store_tile<true>(gcopy_o, tOr, tOg, tOcg, rows_left, head_dim);
+#else
+#if defined(__CUDA_ARCH__)
+  __trap();  // not built for sm_90a: the host never launches this
+#endif
+#endif
+}
+
+}  // namespace jax_flash::cuda::fwd

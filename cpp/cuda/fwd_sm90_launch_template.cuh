@@ -1,0 +1,86 @@
+// Host side of one Hopper (wgmma) forward instantiation: tile choice per
+// head dim, availability check, smem opt-in, launch. Included only by
+// instantiations/fwd_sm90_*.cu (and the standalone sm90 harness).
+#pragma once
+
+#include <atomic>
+
+#include <cuda_runtime_api.h>
+
+#include "cuda/fwd_dispatch.h"
+#include "cuda/fwd_sm90_kernel.cuh"
+
+namespace jax_flash::cuda {
+
+namespace fwd {
+
+template <DType kDType>
+using Sm90ElementOf = std::conditional_t<kDType == DType::kFloat16, cutlass::half_t, cutlass::bfloat16_t>;
+
+// kBlockN per head dim (BM = 128, 2 warpgroups).
+template <int D> struct Sm90Tile;
+template <> struct Sm90Tile<64>  { static constexpr int kN = 128; };
+template <> struct Sm90Tile<128> { static constexpr int kN = 128; };
+template <> struct Sm90Tile<256> { static constexpr int kN = 64; };
+
+template <int kHeadDim, DType kDType>
+using Sm90DefaultTraits = Sm90Traits<kHeadDim, Sm90Tile<kHeadDim>::kN, Sm90ElementOf<kDType>>;
+
+// Per-device cache of "cc 9.0 and this kernel has an sm_90a binary" and of
+// the smem opt-in: bit 2*dev = checked, bit 2*dev+1 = usable.
+template <class Traits>
+bool sm90_ready() {
+  static std::atomic<unsigned long long> state{0};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev >= 32) {
+    cudaGetLastError();
+    return false;
+  }
+  const unsigned long long checked = 1ull << (2 * dev), usable = 1ull << (2 * dev + 1);
+  const unsigned long long s = state.load(std::memory_order_acquire);
+  if (s & checked) return (s & usable) != 0;
+  bool ok = false;
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
+      major == 9 && minor == 0) {
+    auto kernel = &fwd_sm90_kernel<Traits>;
+    cudaFuncAttributes attr{};
+    if (cudaFuncGetAttributes(&attr, kernel) == cudaSuccess && attr.binaryVersion == 90 &&
+        attr.ptxVersion == 90) {
+      ok = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                Traits::kSmemBytes) == cudaSuccess;
+    }
+  }
+  cudaGetLastError();  // a failed probe leaves no sticky error behind
+  state.fetch_or(checked | (ok ? usable : 0ull), std::memory_order_acq_rel);
+  return ok;
+}
+
+// Launch the Hopper forward; cudaErrorNotSupported when this device or
+// build cannot run it (the caller falls back to the SM80 kernel).
+template <class Traits>
+cudaError_t launch_fwd_sm90(const FwdParams& params, cudaStream_t stream) {
+  if (!sm90_ready<Traits>()) return cudaErrorNotSupported;
+  FwdArgs args;
+  args.p = params;
+  args.scale_log2 = params.scale * 1.4426950408889634f;
+  args.vec = true;
+  const dim3 grid((params.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, params.heads_q, params.batch);
+  fwd_sm90_kernel<Traits><<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(args);
+  return cudaGetLastError();
+}
+
+}  // namespace fwd
+
+// Plain attention, vector-aligned inputs only (the caller checks both).
+template <DType kDType, int kHeadDim>
+cudaError_t run_fwd_sm90_hdim(const FwdParams& params, cudaStream_t stream) {
+  return fwd::launch_fwd_sm90<fwd::Sm90DefaultTraits<kHeadDim, kDType>>(params, stream);
+}
+
+}  // namespace jax_flash::cuda
+
+#define JAX_FLASH_INSTANTIATE_FWD_SM90(DTYPE, HDIM)                                      \
+  template cudaError_t jax_flash::cuda::run_fwd_sm90_hdim<jax_flash::DType::DTYPE, HDIM>( \
+      const jax_flash::FwdParams&, cudaStream_t);
