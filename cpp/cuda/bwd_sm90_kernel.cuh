@@ -13,7 +13,10 @@
 //   dK  += dS^T Q           RS, likewise
 //   dQ   = dS K             SS: dS^T goes through smem (read MN-major as A),
 //                           the 2 warpgroups split the head dim; fp32
-//                           atomics into the workspace accumulator.
+//                           atomics into the workspace accumulator, or
+//                           (kDqBulk) the tile staged in smem and added by
+//                           bulk async reduce copies (one per row) issued at
+//                           the next step, off the critical path.
 // Computing the key-major products (S^T rather than S) keeps P^T and dS^T in
 // the accumulator layout the RS A operand wants, so dV and dK need no smem
 // round trip; only dQ does. The preprocess (D = rowsum(dO O), accumulator
@@ -39,14 +42,27 @@ namespace jax_flash::cuda::bwd90 {
 
 using namespace cute;
 
-template <int kHeadDim_, typename Element_>
+// Bulk async copies (sm90): global += shared, f32, `bytes` a multiple of 16.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* gmem, const float* smem, int bytes) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(gmem),
+               "r"(s), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+
+template <int kHeadDim_, typename Element_, bool kDqBulk_ = false>
 struct BwdSm90Traits {
   using Element = Element_;
+  static constexpr bool kDqBulk = kDqBulk_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = 64;   // query rows per step
   static constexpr int kBlockN = 128;  // keys per CTA: 2 warpgroups x 64
   static constexpr int kNThreads = 256;
   static constexpr int kStages = 2;
+  static constexpr int kDqRow = kHeadDim + 4;  // floats per staged dQ row
   static_assert(kHeadDim % 64 == 0);
 
   // S^T, dP^T (BN, BM): A = K / V (BN, D), B = Q / dO (BM, D), K-major both.
@@ -87,6 +103,8 @@ struct BwdSm90Traits {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> v;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutdSt>, 1024> ds;
+    // dQ tile for the bulk reduce; rows padded by 16 B against bank conflicts.
+    alignas(128) float dq[kDqBulk ? kBlockM * kDqRow : 4];
     float lse[kStages][kBlockM];
     float dsum[kStages][kBlockM];
   };
@@ -210,12 +228,23 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
   using AccS = decltype(partition_fragment_C(mma_sdp, Shape<Int<N>, Int<M>>{}));
   static_assert(decltype(size<1>(AccS{}))::value == 1 && decltype(size<2>(AccS{}))::value == 1);
 
+  // kDqBulk: the staged dQ tile of the previous step (head, first row).
+  int dq_h = -1, dq_m0 = 0;
+  auto dq_flush = [&]() {  // threads < M, once the staged tile is visible
+    if (tid < M && dq_h >= 0 && dq_m0 + tid < Sq) {
+      float* row = dq_accum + ((int64_t(b) * p.heads_q + dq_h) * Sq + dq_m0 + tid) * D;
+      bulk_reduce_add_f32(row, &smem.dq[tid * Traits::kDqRow], D * int(sizeof(float)));
+    }
+    if (tid < M) bulk_commit();
+  };
+
   for (int st = 0; it < total; st ^= 1) {
     const int h = hkv * group + it / nm;
     const int m0 = (m_begin + it % nm) * M;
     cp_async_wait<0>();
     cutlass::arch::fence_view_async_shared();  // cp.async / st.shared -> wgmma reads
     __syncthreads();  // tile `it` landed; every wgmma of the previous step is done
+    if constexpr (Traits::kDqBulk) dq_flush();
     if (it + 1 < total) issue(it + 1, st ^ 1);
     cp_async_fence();
 
@@ -264,6 +293,11 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
     fwd::wgmma_issue<false, true>(mma_dkv, tdKrdS, tdKrQt(_, _, _, st), acc_dk);
     cute::copy(r2s, r2s_thr.retile_S(rdS), tdSsdS);
     cutlass::arch::fence_view_async_shared();
+    // The previous step's dQ reduce has read the staging tile before anyone
+    // overwrites it below.
+    if constexpr (Traits::kDqBulk) {
+      if (tid < M) bulk_wait_read();
+    }
     __syncthreads();  // both warpgroups' dS^T rows are in smem
 
     Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<M>, Int<D>>{});
@@ -274,16 +308,32 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
     warpgroup_fence_operand(acc_dq);
 
     // dQ (unscaled) into the fp32 accumulator [b, h, row, D].
-    float* base = dq_accum + ((int64_t(b) * p.heads_q + h) * Sq + m0) * D;
+    if constexpr (Traits::kDqBulk) {
 #pragma unroll
-    for (int i = 0; i < size(acc_dq); i += 2) {
-      const int r = get<0>(tdQc(i)), c = get<1>(tdQc(i));
-      if (m0 + r < Sq)
-        atomicAdd(reinterpret_cast<float2*>(base + int64_t(r) * D + c), make_float2(acc_dq(i), acc_dq(i + 1)));
+      for (int i = 0; i < size(acc_dq); i += 2) {
+        const int r = get<0>(tdQc(i)), c = get<1>(tdQc(i));
+        *reinterpret_cast<float2*>(&smem.dq[r * Traits::kDqRow + c]) = make_float2(acc_dq(i), acc_dq(i + 1));
+      }
+      cutlass::arch::fence_view_async_shared();  // st.shared -> bulk copy reads
+      dq_h = h;
+      dq_m0 = m0;
+    } else {
+      float* base = dq_accum + ((int64_t(b) * p.heads_q + h) * Sq + m0) * D;
+#pragma unroll
+      for (int i = 0; i < size(acc_dq); i += 2) {
+        const int r = get<0>(tdQc(i)), c = get<1>(tdQc(i));
+        if (m0 + r < Sq)
+          atomicAdd(reinterpret_cast<float2*>(base + int64_t(r) * D + c), make_float2(acc_dq(i), acc_dq(i + 1)));
+      }
     }
     ++it;
   }
   cp_async_wait<0>();  // nothing in flight at exit (no iterations: K, V)
+  if constexpr (Traits::kDqBulk) {
+    __syncthreads();  // the last staged tile is complete
+    dq_flush();
+    if (tid < M) bulk_wait_all();
+  }
 
   Element* dk = static_cast<Element*>(p.dk) + b * p.dk_batch_stride + int64_t(n0) * p.dk_row_stride +
                 hkv * p.dk_head_stride;

@@ -3,7 +3,9 @@
 //                            (bwd_harness.cu's check_shape: atomic mode runs
 //                            the sm90 kernel, the deterministic modes the
 //                            SM80 split kernels)
-//   bwd_sm90_harness bench   bf16 d128, 16k tokens: SM80 atomic vs sm90
+//   bwd_sm90_harness test alt  the same with the alternative configuration
+//                            (bwd_sm90_alt.cu: dQ by bulk reduce copies)
+//   bwd_sm90_harness bench   bf16 d128, 16k tokens: SM80 atomic vs sm90 (both)
 // bwd_harness.cu is included with its run_bwd calls renamed to the hook
 // below and its main() renamed away; only the d128 units are linked (no
 // bwd_launch.cu), so the workspace size is computed here for D = 128.
@@ -15,12 +17,15 @@
 
 #include "cuda/bwd_dispatch.h"
 
+cudaError_t bwd_sm90_d128_dqbulk(const jax_flash::BwdParams& p, jax_flash::cuda::BwdLaunchFlags f, cudaStream_t s);
+
 namespace jax_flash::cuda {
 
 template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_sm90_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream);
 
 static bool g_sm90 = true;  // atomic mode on the sm90 kernel (else SM80)
+static bool g_alt = false;  // the bwd_sm90_alt.cu configuration
 static long g_sm90_runs = 0, g_fallbacks = 0;
 
 size_t bwd_workspace_bytes(const BwdParams& p) {
@@ -45,8 +50,9 @@ cudaError_t run_bwd_hook(const BwdParams& p, cudaStream_t s) {
     f.pair_ok = f.pair_ok && x % 2 == 0;
   const bool fp16 = p.dtype == DType::kFloat16;
   if (g_sm90 && !p.deterministic) {
-    cudaError_t e = fp16 ? run_bwd_sm90_hdim<DType::kFloat16, 128>(p, f, s)
-                         : run_bwd_sm90_hdim<DType::kBFloat16, 128>(p, f, s);
+    cudaError_t e = g_alt  ? bwd_sm90_d128_dqbulk(p, f, s)
+                    : fp16 ? run_bwd_sm90_hdim<DType::kFloat16, 128>(p, f, s)
+                           : run_bwd_sm90_hdim<DType::kBFloat16, 128>(p, f, s);
     if (e != cudaErrorNotSupported) {
       ++g_sm90_runs;
       return e;
@@ -88,8 +94,9 @@ static int test_d128() {
     fails += check_shape(s, 99 + cases, true);
     ++cases;
   }
-  std::printf("%d d128 shapes, %d failures; sm90 launches %ld, fallbacks to SM80 in atomic mode %ld\n", cases,
-              fails, jax_flash::cuda::g_sm90_runs, jax_flash::cuda::g_fallbacks);
+  std::printf("%s: %d d128 shapes, %d failures; sm90 launches %ld, fallbacks to SM80 in atomic mode %ld\n",
+              jax_flash::cuda::g_alt ? "alt (dQ bulk reduce)" : "default", cases, fails,
+              jax_flash::cuda::g_sm90_runs, jax_flash::cuda::g_fallbacks);
   return fails == 0 ? 0 : 1;
 }
 
@@ -113,8 +120,8 @@ static double time_ms(const BwdParams& bp, int reps) {
 static int bench_d128(const std::vector<int>& seqs) {
   const int D = 128;
   std::printf("bf16 d128, 16k tokens, hidden 2048; backward only (preprocess + dK/dV(+dQ atomics) + dq convert)\n");
-  std::printf("%6s %6s %4s %10s %10s %10s %10s %7s\n", "seqlen", "batch", "caus", "sm80_ms", "sm80_TF",
-              "sm90_ms", "sm90_TF", "speedup");
+  std::printf("%6s %6s %4s %10s %10s %10s %10s %7s %10s %10s %7s\n", "seqlen", "batch", "caus", "sm80_ms",
+              "sm80_TF", "sm90_ms", "sm90_TF", "speedup", "bulk_ms", "bulk_TF", "speedup");
   for (int S : seqs)
     for (int causal = 0; causal < 2; ++causal) {
       const int H = 2048 / D, B = 16384 / S;
@@ -133,9 +140,13 @@ static int bench_d128(const std::vector<int>& seqs) {
       jax_flash::cuda::g_sm90 = true;
       const long before = jax_flash::cuda::g_fallbacks;
       const double t90 = time_ms(bp, 10);
+      jax_flash::cuda::g_alt = true;
+      const double tb = time_ms(bp, 10);
+      jax_flash::cuda::g_alt = false;
       const double flops = 2.5 * 4.0 * double(S) * S * D * H * B / (causal ? 2.0 : 1.0);
-      std::printf("%6d %6d %4d %10.3f %10.1f %10.3f %10.1f %7.3f%s\n", S, B, causal, t80, flops / t80 / 1e9, t90,
-                  flops / t90 / 1e9, t80 / t90, jax_flash::cuda::g_fallbacks != before ? "  (FELL BACK)" : "");
+      std::printf("%6d %6d %4d %10.3f %10.1f %10.3f %10.1f %7.3f %10.3f %10.1f %7.3f%s\n", S, B, causal, t80,
+                  flops / t80 / 1e9, t90, flops / t90 / 1e9, t80 / t90, tb, flops / tb / 1e9, t80 / tb,
+                  jax_flash::cuda::g_fallbacks != before ? "  (FELL BACK)" : "");
       std::fflush(stdout);
       free_problem(p);
     }
@@ -144,7 +155,10 @@ static int bench_d128(const std::vector<int>& seqs) {
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "test";
-  if (mode == "test") return test_d128();
+  if (mode == "test") {
+    jax_flash::cuda::g_alt = argc > 2 && std::string(argv[2]) == "alt";
+    return test_d128();
+  }
   if (mode == "bench") {
     std::vector<int> seqs = {1024, 2048, 4096, 8192, 16384};
     return bench_d128(seqs);
