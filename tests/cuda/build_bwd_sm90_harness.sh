@@ -2,6 +2,7 @@
 # Build tests/cuda/bwd_sm90_harness (sm_90a only) into $BUILD (default
 # build/bwd90): the d128 SM80 backward units (fallback, deterministic mode,
 # timing baseline), the d128 sm90 units, bwd_sm90_alt.cu and the harness. JOBS parallel nvcc.
+# Objects are rebuilt only when their .cu is newer: FORCE=1 after header edits.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build/bwd90}
