@@ -1,0 +1,367 @@
+// Hopper (SM90a) dK/dV kernel for plain attention (no variants), atomic dQ
+// mode: wgmma tensor cores, no warp specialisation, cp.async loads.
+//
+// One CTA of 2 warpgroups per (128-key tile, kv head, batch); warpgroup w
+// owns key rows [64 w, 64 w + 64), the wgmma M of every product that has
+// keys as rows. K and V stay in 128 B-swizzled smem for the whole CTA; the
+// CTA loops over the q heads of its kv group and their 64-row query tiles,
+// with Q, dO, LSE and D double buffered (loaded one tile ahead). Per tile:
+//   S^T  = K Q^T            SS (keys x queries)
+//   dP^T = V dO^T           SS, issued right behind S^T
+//   P^T  = exp2(S^T scale log2e - lse log2e), dS^T = P^T (dP^T - D)
+//   dV  += P^T dO           RS: P^T from registers, dO^T an MN-major view
+//   dK  += dS^T Q           RS, likewise
+//   dQ   = dS K             SS: dS^T goes through smem (read MN-major as A),
+//                           the 2 warpgroups split the head dim; the tile
+//                           is staged in smem and added to the workspace
+//                           accumulator by bulk async reduce copies (one per
+//                           row) issued at the next step, off the critical
+//                           path (kDqBulk; else fp32 atomics, the v1 way).
+// Computing the key-major products (S^T rather than S) keeps P^T and dS^T in
+// the accumulator layout the RS A operand wants, so dV and dK need no smem
+// round trip; only dQ does. The preprocess (D = rowsum(dO O), accumulator
+// clear) and convert kernels are the SM80 path's.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include <cute/tensor.hpp>
+#include <cute/atom/mma_atom.hpp>
+#include <cute/atom/mma_traits_sm90_gmma.hpp>
+#include <cute/arch/mma_sm90.hpp>
+#include <cute/container/array_aligned.hpp>
+#include <cutlass/arch/barrier.h>
+
+#include "cuda/bwd_kernel.cuh"      // cp_async4, store_acc, lse_to_log2, preprocess / convert
+#include "cuda/fwd_sm90_kernel.cuh" // wgmma_issue, PAsALayout
+#include "cuda/utils.cuh"           // load_tile, acc_rowcol_layout, convert_regs
+#include "params.h"
+
+namespace jax_flash::cuda::bwd90 {
+
+using namespace cute;
+
+// Bulk async copies (sm90): global += shared, f32, `bytes` a multiple of 16.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* gmem, const float* smem, int bytes) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(gmem),
+               "r"(s), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+
+// kDqBulk: dQ through smem and bulk reduce copies (measured +5-7% over the
+// atomics at d128). kEarlyDv: dV += P^T dO is issued as soon as P^T is
+// ready, so the dS^T math runs under it. kLateLoads: the next tile's
+// cp.async loads are issued behind the S^T / dP^T wgmmas, not before them.
+template <int kHeadDim_, typename Element_, bool kDqBulk_ = true, bool kEarlyDv_ = false,
+          bool kLateLoads_ = false>
+struct BwdSm90Traits {
+  using Element = Element_;
+  static constexpr bool kDqBulk = kDqBulk_;
+  static constexpr bool kEarlyDv = kEarlyDv_;
+  static constexpr bool kLateLoads = kLateLoads_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = 64;   // query rows per step
+  static constexpr int kBlockN = 128;  // keys per CTA: 2 warpgroups x 64
+  static constexpr int kNThreads = 256;
+  static constexpr int kStages = 2;
+  static constexpr int kDqRow = kHeadDim + 4;  // floats per staged dQ row
+  static_assert(kHeadDim % 64 == 0);
+
+  // S^T, dP^T (BN, BM): A = K / V (BN, D), B = Q / dO (BM, D), K-major both.
+  using TiledMmaSdP = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kBlockM>, Int<kHeadDim>>>(),
+      Layout<Shape<_2, _1, _1>>{}));
+  // dV, dK (BN, D) += P^T / dS^T (regs, BN x BM) times dO / Q seen as (D, BM).
+  using TiledMmadKV = decltype(make_tiled_mma(
+      GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockM>>,
+                           GMMA::Major::K, GMMA::Major::MN>(),
+      Layout<Shape<_2, _1, _1>>{}));
+  // dQ (BM, D) = dS (BM, BN) K (BN, D): both operands MN-major views; the
+  // warpgroups split D so each holds a (64, D/2) accumulator.
+  using TiledMmadQ = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim / 2>, Int<kBlockN>>,
+                           GMMA::Major::MN, GMMA::Major::MN>(),
+      Layout<Shape<_1, _2, _1>>{}));
+
+  using SmemAtom = GMMA::Layout_K_SW128_Atom<Element>;
+  using SmemLayoutQ =
+      decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>, Int<kStages>>{}));
+  // (D, BM, stage) view of Q / dO: (d, m) -> Q(m, d).
+  using SmemLayoutQt = decltype(composition(
+      SmemLayoutQ{},
+      make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockM>, Int<kStages>>{}, Step<_2, _1, _3>{})));
+  using SmemLayoutK = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+  using SmemLayoutKt = decltype(composition(
+      SmemLayoutK{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, Step<_2, _1>{})));
+  // dS^T stored (BN, BM), queries contiguous (written from the S^T
+  // accumulator); read as dS (BM, BN) for the dQ product.
+  using SmemLayoutdSt = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockN>, Int<kBlockM>>{}));
+  using SmemLayoutdS = decltype(composition(
+      SmemLayoutdSt{}, make_ordered_layout(Shape<Int<kBlockM>, Int<kBlockN>>{}, Step<_2, _1>{})));
+
+  struct SharedStorage {
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> dout;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> v;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutdSt>, 1024> ds;
+    // dQ tile for the bulk reduce; rows padded by 16 B against bank conflicts.
+    alignas(128) float dq[kDqBulk ? kBlockM * kDqRow : 4];
+    float lse[kStages][kBlockM];
+    float dsum[kStages][kBlockM];
+  };
+  static constexpr int kSmemBytes = int(sizeof(SharedStorage));
+
+  static constexpr int kThreadsPerRow = (kHeadDim % 128 == 0 ? 128 : 64) / 8;
+  using GmemThreads = Layout<Shape<Int<kNThreads / kThreadsPerRow>, Int<kThreadsPerRow>>,
+                             Stride<Int<kThreadsPerRow>, _1>>;
+  using GmemCopyIn = decltype(make_tiled_copy(
+      Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, Element>{}, GmemThreads{},
+      Layout<Shape<_1, _8>>{}));
+  using SmemCopyAtomdS = Copy_Atom<UniversalCopy<uint32_t>, Element>;
+};
+
+// Requires head_dim == kHeadDim and 16 B-aligned rows (the launcher checks).
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kNThreads, 1)
+bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restrict__ dsum,
+                     float* __restrict__ dq_accum, const bool pair_ok) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Element = typename Traits::Element;
+  constexpr int M = Traits::kBlockM, N = Traits::kBlockN, D = Traits::kHeadDim;
+  using Storage = typename Traits::SharedStorage;
+
+  extern __shared__ __align__(1024) char smem_raw[];
+  Storage& smem = *reinterpret_cast<Storage*>(smem_raw);
+
+  const int tid = threadIdx.x;
+  const int nb = blockIdx.x, hkv = blockIdx.y, b = blockIdx.z;
+  const int Sq = p.seqlen_q, Sk = p.seqlen_k;
+  const int group = p.heads_q / p.heads_kv;
+  const int n0 = nb * N;
+  // Causal (top-left aligned: key j visible to query i iff j <= i): query
+  // tiles wholly above this key tile see none of it.
+  const int m_begin = p.causal ? n0 / M : 0;
+  const int m_end = (Sq + M - 1) / M;
+  const int nm = m_end > m_begin ? m_end - m_begin : 0;
+  const int total = group * nm;
+
+  Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
+  Tensor sQt = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQt{});
+  Tensor sdO = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQ{});
+  Tensor sdOt = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQt{});
+  Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutK{});
+  Tensor sKt = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutKt{});
+  Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutK{});
+  Tensor sdSt = make_tensor(make_smem_ptr(smem.ds.data()), typename Traits::SmemLayoutdSt{});
+  Tensor sdS = make_tensor(make_smem_ptr(smem.ds.data()), typename Traits::SmemLayoutdS{});
+
+  // ---- gmem -> smem ----
+  typename Traits::GmemCopyIn gcopy;
+  auto gthr = gcopy.get_thread_slice(tid);
+  Tensor cQ = gthr.partition_S(make_identity_tensor(Shape<Int<M>, Int<D>>{}));
+  Tensor cK = gthr.partition_S(make_identity_tensor(Shape<Int<N>, Int<D>>{}));
+  {
+    const Element* kp = static_cast<const Element*>(p.k) + b * p.k_batch_stride +
+                        int64_t(n0) * p.k_row_stride + hkv * p.k_head_stride;
+    const Element* vp = static_cast<const Element*>(p.v) + b * p.v_batch_stride +
+                        int64_t(n0) * p.v_row_stride + hkv * p.v_head_stride;
+    Tensor gK = make_tensor(make_gmem_ptr(kp), Shape<Int<N>, Int<D>>{}, make_stride(p.k_row_stride, _1{}));
+    Tensor gV = make_tensor(make_gmem_ptr(vp), Shape<Int<N>, Int<D>>{}, make_stride(p.v_row_stride, _1{}));
+    fwd::load_tile<true, true>(gcopy, gthr.partition_S(gK), gthr.partition_D(sK), cK, Sk - n0, D);
+    fwd::load_tile<true, true>(gcopy, gthr.partition_S(gV), gthr.partition_D(sV), cK, Sk - n0, D);
+  }
+  // Q, dO, lse, D of iteration `it` into stage `st`.
+  auto issue = [&](int it, int st) {
+    const int h = hkv * group + it / nm;
+    const int m0 = (m_begin + it % nm) * M;
+    const Element* qp = static_cast<const Element*>(p.q) + b * p.q_batch_stride +
+                        int64_t(m0) * p.q_row_stride + h * p.q_head_stride;
+    const Element* dp = static_cast<const Element*>(p.dout) + b * p.do_batch_stride +
+                        int64_t(m0) * p.do_row_stride + h * p.do_head_stride;
+    Tensor gQ = make_tensor(make_gmem_ptr(qp), Shape<Int<M>, Int<D>>{}, make_stride(p.q_row_stride, _1{}));
+    Tensor gdO = make_tensor(make_gmem_ptr(dp), Shape<Int<M>, Int<D>>{}, make_stride(p.do_row_stride, _1{}));
+    fwd::load_tile<true, true>(gcopy, gthr.partition_S(gQ), gthr.partition_D(sQ(_, _, st)), cQ, Sq - m0, D);
+    fwd::load_tile<true, true>(gcopy, gthr.partition_S(gdO), gthr.partition_D(sdO(_, _, st)), cQ, Sq - m0, D);
+    const int64_t row_base = (int64_t(b) * p.heads_q + h) * Sq + m0;
+    if (tid < 2 * M) {
+      const int r = tid % M;
+      const bool valid = m0 + r < Sq;
+      const float* src = tid < M ? p.lse : dsum;
+      float* dst = tid < M ? &smem.lse[st][r] : &smem.dsum[st][r];
+      bwd::cp_async4(dst, src + (valid ? row_base + r : 0), valid);
+    }
+  };
+  int it = 0;
+  if (it < total) issue(it, 0);
+  cp_async_fence();  // group: K, V, first Q tile
+
+  // ---- wgmma partitions ----
+  typename Traits::TiledMmaSdP mma_sdp;
+  typename Traits::TiledMmadKV mma_dkv;
+  typename Traits::TiledMmadQ mma_dq;
+  auto thr_sdp = mma_sdp.get_thread_slice(tid);
+  auto thr_dkv = mma_dkv.get_thread_slice(tid);
+  auto thr_dq = mma_dq.get_thread_slice(tid);
+  Tensor tSrK = thr_sdp.partition_fragment_A(sK);     // (MMA, MMA_M, MMA_K)
+  Tensor tSrV = thr_sdp.partition_fragment_A(sV);
+  Tensor tSrQ = thr_sdp.partition_fragment_B(sQ);     // (MMA, MMA_N, MMA_K, stage)
+  Tensor tSrdO = thr_sdp.partition_fragment_B(sdO);
+  Tensor tdVrdOt = thr_dkv.partition_fragment_B(sdOt);  // (MMA, MMA_N, MMA_K, stage)
+  Tensor tdKrQt = thr_dkv.partition_fragment_B(sQt);
+  Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);
+  Tensor tdQrKt = thr_dq.partition_fragment_B(sKt);
+
+  Tensor tSc = thr_sdp.partition_C(make_identity_tensor(Shape<Int<N>, Int<M>>{}));
+  Tensor tSc_rc = make_tensor(tSc.data(), fwd::acc_rowcol_layout(tSc.layout()));
+  Tensor tKVc = thr_dkv.partition_C(make_identity_tensor(Shape<Int<N>, Int<D>>{}));
+  Tensor tdQc = thr_dq.partition_C(make_identity_tensor(Shape<Int<M>, Int<D>>{}));
+
+  auto r2s = make_tiled_copy_C(typename Traits::SmemCopyAtomdS{}, mma_sdp);
+  auto r2s_thr = r2s.get_thread_slice(tid);
+  Tensor tdSsdS = r2s_thr.partition_D(sdSt);
+
+  Tensor acc_dk = partition_fragment_C(mma_dkv, Shape<Int<N>, Int<D>>{});
+  Tensor acc_dv = partition_fragment_C(mma_dkv, Shape<Int<N>, Int<D>>{});
+  clear(acc_dk);
+  clear(acc_dv);
+
+  const float scale_log2 = p.scale * bwd::kLog2e;
+  using AccS = decltype(partition_fragment_C(mma_sdp, Shape<Int<N>, Int<M>>{}));
+  static_assert(decltype(size<1>(AccS{}))::value == 1 && decltype(size<2>(AccS{}))::value == 1);
+
+  // kDqBulk: the staged dQ tile of the previous step (head, first row).
+  int dq_h = -1, dq_m0 = 0;
+  auto dq_flush = [&]() {  // threads < M, once the staged tile is visible
+    if (tid < M && dq_h >= 0 && dq_m0 + tid < Sq) {
+      float* row = dq_accum + ((int64_t(b) * p.heads_q + dq_h) * Sq + dq_m0 + tid) * D;
+      bulk_reduce_add_f32(row, &smem.dq[tid * Traits::kDqRow], D * int(sizeof(float)));
+    }
+    if (tid < M) bulk_commit();
+  };
+
+  for (int st = 0; it < total; st ^= 1) {
+    const int h = hkv * group + it / nm;
+    const int m0 = (m_begin + it % nm) * M;
+    cp_async_wait<0>();
+    cutlass::arch::fence_view_async_shared();  // cp.async / st.shared -> wgmma reads
+    __syncthreads();  // tile `it` landed; every wgmma of the previous step is done
+    if constexpr (Traits::kDqBulk) dq_flush();
+    auto loads = [&]() {
+      if (it + 1 < total) issue(it + 1, st ^ 1);
+      cp_async_fence();
+    };
+    if constexpr (!Traits::kLateLoads) loads();
+
+    AccS acc_s, acc_dp;
+    fwd::wgmma_issue<true, false>(mma_sdp, tSrK, tSrQ(_, _, _, st), acc_s);
+    fwd::wgmma_issue<true, false>(mma_sdp, tSrV, tSrdO(_, _, _, st), acc_dp);
+    if constexpr (Traits::kLateLoads) loads();
+    warpgroup_wait<1>();
+    warpgroup_fence_operand(acc_s);
+
+    // P^T: columns are queries, so lse (and D below) vary along columns.
+    Tensor s = make_tensor(acc_s.data(), fwd::acc_rowcol_layout(acc_s.layout()));
+    const float* lse_st = smem.lse[st];
+    const float* dsum_st = smem.dsum[st];
+    const bool mask = (p.causal && m0 < n0 + N - 1) || n0 + N > Sk || m0 + M > Sq;
+#pragma unroll
+    for (int c = 0; c < size<1>(s); ++c) {
+      const int qc = get<1>(tSc_rc(0, c));
+      const float l2 = bwd::lse_to_log2(lse_st[qc]);
+#pragma unroll
+      for (int r = 0; r < size<0>(s); ++r) {
+        float pv = exp2f(s(r, c) * scale_log2 - l2);
+        if (mask) {
+          const int key = n0 + get<0>(tSc_rc(r, c)), query = m0 + qc;
+          const bool keep = key < Sk && query < Sq && (!p.causal || key <= query);
+          pv = keep ? pv : 0.f;
+        }
+        s(r, c) = pv;
+      }
+    }
+    Tensor rP = fwd::convert_regs<Element>(acc_s);
+    Tensor tdVrP = make_tensor(rP.data(), fwd::PAsALayout<M>{});
+    if constexpr (Traits::kEarlyDv) {
+      fwd::wgmma_issue<false, true>(mma_dkv, tdVrP, tdVrdOt(_, _, _, st), acc_dv);
+      warpgroup_wait<1>();  // dP^T (batches retire in order; dV may still run)
+    } else {
+      warpgroup_wait<0>();
+    }
+    warpgroup_fence_operand(acc_dp);
+    Tensor ds = make_tensor(acc_dp.data(), fwd::acc_rowcol_layout(acc_dp.layout()));
+#pragma unroll
+    for (int c = 0; c < size<1>(ds); ++c) {
+      const float dd = dsum_st[get<1>(tSc_rc(0, c))];
+#pragma unroll
+      for (int r = 0; r < size<0>(ds); ++r) ds(r, c) = s(r, c) * (ds(r, c) - dd);
+    }
+
+    // dV += P^T dO, dK += dS^T Q (RS); dS^T also to smem for dQ.
+    if constexpr (!Traits::kEarlyDv) fwd::wgmma_issue<false, true>(mma_dkv, tdVrP, tdVrdOt(_, _, _, st), acc_dv);
+    Tensor rdS = fwd::convert_regs<Element>(acc_dp);
+    Tensor tdKrdS = make_tensor(rdS.data(), fwd::PAsALayout<M>{});
+    fwd::wgmma_issue<false, true>(mma_dkv, tdKrdS, tdKrQt(_, _, _, st), acc_dk);
+    cute::copy(r2s, r2s_thr.retile_S(rdS), tdSsdS);
+    cutlass::arch::fence_view_async_shared();
+    // The previous step's dQ reduce has read the staging tile before anyone
+    // overwrites it below.
+    if constexpr (Traits::kDqBulk) {
+      if (tid < M) bulk_wait_read();
+    }
+    __syncthreads();  // both warpgroups' dS^T rows are in smem
+
+    Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<M>, Int<D>>{});
+    fwd::wgmma_issue<true, false>(mma_dq, tdQrdS, tdQrKt, acc_dq);
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(acc_dv);
+    warpgroup_fence_operand(acc_dk);
+    warpgroup_fence_operand(acc_dq);
+
+    // dQ (unscaled) into the fp32 accumulator [b, h, row, D].
+    if constexpr (Traits::kDqBulk) {
+#pragma unroll
+      for (int i = 0; i < size(acc_dq); i += 2) {
+        const int r = get<0>(tdQc(i)), c = get<1>(tdQc(i));
+        *reinterpret_cast<float2*>(&smem.dq[r * Traits::kDqRow + c]) = make_float2(acc_dq(i), acc_dq(i + 1));
+      }
+      cutlass::arch::fence_view_async_shared();  // st.shared -> bulk copy reads
+      dq_h = h;
+      dq_m0 = m0;
+    } else {
+      float* base = dq_accum + ((int64_t(b) * p.heads_q + h) * Sq + m0) * D;
+#pragma unroll
+      for (int i = 0; i < size(acc_dq); i += 2) {
+        const int r = get<0>(tdQc(i)), c = get<1>(tdQc(i));
+        if (m0 + r < Sq)
+          atomicAdd(reinterpret_cast<float2*>(base + int64_t(r) * D + c), make_float2(acc_dq(i), acc_dq(i + 1)));
+      }
+    }
+    ++it;
+  }
+  cp_async_wait<0>();  // nothing in flight at exit (no iterations: K, V)
+  if constexpr (Traits::kDqBulk) {
+    __syncthreads();  // the last staged tile is complete
+    dq_flush();
+    if (tid < M) bulk_wait_all();
+  }
+
+  Element* dk = static_cast<Element*>(p.dk) + b * p.dk_batch_stride + int64_t(n0) * p.dk_row_stride +
+                hkv * p.dk_head_stride;
+  Element* dv = static_cast<Element*>(p.dv) + b * p.dv_batch_stride + int64_t(n0) * p.dv_row_stride +
+                hkv * p.dv_head_stride;
+  bwd::store_acc(acc_dk, tKVc, dk, p.dk_row_stride, Sk - n0, D, p.scale, pair_ok);
+  bwd::store_acc(acc_dv, tKVc, dv, p.dv_row_stride, Sk - n0, D, 1.f, pair_ok);
+#else
+#if defined(__CUDA_ARCH__)
+  __trap();  // not built for sm_90a: the host never launches this
+#endif
+#endif
+}
+
+}  // namespace jax_flash::cuda::bwd90
