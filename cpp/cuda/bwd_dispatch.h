@@ -29,6 +29,13 @@ cudaError_t run_bwd_var_hdim(const BwdParams& params, BwdLaunchFlags flags, cuda
 template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_varm_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream);
 
+// Hopper (wgmma) backward for plain attention in atomic mode with
+// head_dim == kHeadDim and vector-aligned inputs (instantiations/bwd_sm90_*.cu,
+// built only when the archs include 90a); cudaErrorNotSupported otherwise, or
+// when the device is not cc 9.0.
+template <DType kDType, int kHeadDim>
+cudaError_t run_bwd_sm90_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream);
+
 // Workspace: [dsum: B*Hq*Sq floats][dq accumulator: B*Hq*Sq*kHeadDim floats,
 // atomic mode only], each part 256 B aligned.
 inline size_t bwd_align256(size_t n) { return (n + 255) & ~size_t(255); }

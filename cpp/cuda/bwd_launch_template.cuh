@@ -112,6 +112,14 @@ cudaError_t launch_bwd(const BwdParams& p, BwdLaunchFlags flags, cudaStream_t st
 
 template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream) {
+#if defined(JAX_FLASH_BWD_SM90)
+  // Built with sm_90a (bwd_sm90_*.cu units): the wgmma dK/dV kernel where it
+  // applies (its dK and dV accumulators do not fit in registers at 256).
+  if constexpr (kHeadDim == 64 || kHeadDim == 128) {
+    const cudaError_t err = run_bwd_sm90_hdim<kDType, kHeadDim>(params, flags, stream);
+    if (err != cudaErrorNotSupported) return err;
+  }
+#endif
   return bwd::launch_bwd<bwd::DefaultDkdv<kHeadDim, kDType>, bwd::DefaultDq<kHeadDim, kDType>>(
       params, flags, stream);
 }

@@ -11,6 +11,11 @@ CUTE_INC=${CUTE_INC:-$(python3 -c "import cutlass_library,os;print(os.path.dirna
 GENCODE=$(for a in $ARCHS; do printf -- "-gencode arch=compute_%s,code=sm_%s " "$a" "$a"; done)
 FLAGS="-O3 -std=c++17 --expt-relaxed-constexpr --use_fast_math $GENCODE -I cpp -I $CUTE_INC"
 inst=$(ls cpp/cuda/instantiations/bwd_*.cu)
+# The Hopper backward units (and their dispatch) only with 90a.
+case " $ARCHS " in
+  *" 90a "*) FLAGS="$FLAGS -DJAX_FLASH_BWD_SM90" ;;
+  *) inst=$(printf '%s\n' $inst | grep -v '/bwd_sm90_') ;;
+esac
 if [ -n "${HDIMS:-}" ]; then
   FLAGS="$FLAGS -DJAX_FLASH_SELECTED_HEAD_DIMS $(for d in $HDIMS; do printf -- '-DJAX_FLASH_HDIM_%s ' "$d"; done)"
   inst=$(for d in $HDIMS; do ls cpp/cuda/instantiations/bwd_*hdim${d}_*.cu; done)
