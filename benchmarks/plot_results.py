@@ -16,7 +16,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
-COLORS = {"jax_flash": "tab:orange", "cudnn": "tab:blue", "pallas": "tab:green", "xla": "tab:red"}
+COLORS = {"jax_flash": "tab:orange", "jax_flash_det": "tab:brown", "cudnn": "tab:blue", "pallas": "tab:green",
+          "xla": "tab:red"}
 
 
 def main(argv=None):
