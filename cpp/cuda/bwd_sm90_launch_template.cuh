@@ -12,6 +12,7 @@
 
 #include "cuda/bwd_launch_template.cuh"  // rows_grid, BwdLaunchFlags
 #include "cuda/bwd_sm90_kernel.cuh"
+#include "cuda/sm90_ready.h"
 
 namespace jax_flash::cuda {
 
@@ -20,35 +21,11 @@ namespace bwd90 {
 template <DType kDType>
 using ElementOf = std::conditional_t<kDType == DType::kFloat16, cutlass::half_t, cutlass::bfloat16_t>;
 
-// Same contract as fwd::sm90_ready: cc 9.0, an sm_90a binary of this kernel,
-// smem opt-in done; cached per device (bit 2*dev checked, 2*dev+1 usable).
+// This instantiation can run here (cached per device; cuda/sm90_ready.h).
 template <class Traits>
 bool sm90_bwd_ready() {
   static std::atomic<unsigned long long> state{0};
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev >= 32) {
-    cudaGetLastError();
-    return false;
-  }
-  const unsigned long long checked = 1ull << (2 * dev), usable = 1ull << (2 * dev + 1);
-  const unsigned long long s = state.load(std::memory_order_acquire);
-  if (s & checked) return (s & usable) != 0;
-  bool ok = false;
-  int major = 0, minor = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
-      major == 9 && minor == 0) {
-    auto kernel = &bwd_sm90_dkdv_kernel<Traits>;
-    cudaFuncAttributes attr{};
-    if (cudaFuncGetAttributes(&attr, kernel) == cudaSuccess && attr.binaryVersion == 90 &&
-        attr.ptxVersion == 90) {
-      ok = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                Traits::kSmemBytes) == cudaSuccess;
-    }
-  }
-  cudaGetLastError();
-  state.fetch_or(checked | (ok ? usable : 0ull), std::memory_order_acq_rel);
-  return ok;
+  return sm90_kernel_ready(&bwd_sm90_dkdv_kernel<Traits>, Traits::kSmemBytes, state);
 }
 
 template <class Traits>

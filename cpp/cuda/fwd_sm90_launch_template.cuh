@@ -9,6 +9,7 @@
 
 #include "cuda/fwd_dispatch.h"
 #include "cuda/fwd_sm90_kernel.cuh"
+#include "cuda/sm90_ready.h"
 
 namespace jax_flash::cuda {
 
@@ -26,35 +27,11 @@ template <> struct Sm90Tile<256> { static constexpr int kN = 64; };
 template <int kHeadDim, DType kDType>
 using Sm90DefaultTraits = Sm90Traits<kHeadDim, Sm90Tile<kHeadDim>::kN, Sm90ElementOf<kDType>>;
 
-// Per-device cache of "cc 9.0 and this kernel has an sm_90a binary" and of
-// the smem opt-in: bit 2*dev = checked, bit 2*dev+1 = usable.
+// This instantiation can run here (cached per device; cuda/sm90_ready.h).
 template <class Traits>
 bool sm90_ready() {
   static std::atomic<unsigned long long> state{0};
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev >= 32) {
-    cudaGetLastError();
-    return false;
-  }
-  const unsigned long long checked = 1ull << (2 * dev), usable = 1ull << (2 * dev + 1);
-  const unsigned long long s = state.load(std::memory_order_acquire);
-  if (s & checked) return (s & usable) != 0;
-  bool ok = false;
-  int major = 0, minor = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
-      major == 9 && minor == 0) {
-    auto kernel = &fwd_sm90_kernel<Traits>;
-    cudaFuncAttributes attr{};
-    if (cudaFuncGetAttributes(&attr, kernel) == cudaSuccess && attr.binaryVersion == 90 &&
-        attr.ptxVersion == 90) {
-      ok = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                Traits::kSmemBytes) == cudaSuccess;
-    }
-  }
-  cudaGetLastError();  // a failed probe leaves no sticky error behind
-  state.fetch_or(checked | (ok ? usable : 0ull), std::memory_order_acq_rel);
-  return ok;
+  return sm90_kernel_ready(&fwd_sm90_kernel<Traits>, Traits::kSmemBytes, state);
 }
 
 // Launch the Hopper forward; cudaErrorNotSupported when this device or
