@@ -140,12 +140,17 @@ def _kernel_head_dim(d: int, variants: bool) -> int:
 def _bwd_workspace_floats(q, deterministic: bool, variants: bool) -> int:
     """float32 scratch per leading-batch element for the CUDA backward: rowsum
     D = rowsum(dO * O), plus the float32 dQ accumulator in atomic mode (head_dim
-    padded to the kernel's), plus alignment slack. XLA hands custom calls no
-    reliable scratch allocator, so it travels as an extra, discarded output
-    (the CPU kernel ignores it)."""
+    padded to the kernel's). XLA hands custom calls no reliable scratch
+    allocator, so it travels as an extra, discarded output (the CPU kernel
+    ignores it). The CUDA side rounds each region up to 256 B over the whole
+    batch (cpp/cuda/bwd_dispatch.h): no slack is needed when the row count is
+    a multiple of 64 floats (then this is no bigger than cuDNN's scratch),
+    else 128 floats per element cover both round-ups (batch >= 1)."""
     sq, hq, d = q.shape[-3:]
     d_pad = _kernel_head_dim(d, variants)
-    return hq * sq * (1 + (0 if deterministic else d_pad)) + 128
+    rows = hq * sq * math.prod(q.shape[:-3])
+    slack = 0 if rows % 64 == 0 else 128
+    return hq * sq * (1 + (0 if deterministic else d_pad)) + slack
 
 
 def ffi_bwd(q, k, v, o, lse, do, scale: float, causal, deterministic: bool,

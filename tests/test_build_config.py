@@ -74,3 +74,33 @@ def test_workspace_head_dim_without_cuda_is_the_32_multiple(monkeypatch):
 
     monkeypatch.setattr(_ffi, "cuda_head_dims", lambda v=False: ())
     assert [partitioning._kernel_head_dim(d, True) for d in (1, 32, 33, 100, 256)] == [32, 32, 64, 128, 256]
+
+
+def _cuda_workspace_bytes(batch, hq, sq, d_pad, deterministic):
+    """cpp/cuda/bwd_dispatch.h: each region rounded up to 256 B over the batch."""
+    up = lambda n: (n + 255) // 256 * 256
+    rows = batch * hq * sq
+    return up(4 * rows) + (0 if deterministic else up(4 * rows * d_pad))
+
+
+@pytest.mark.parametrize("lead", [(), (1,), (3,), (2, 5)])
+@pytest.mark.parametrize("sq,hq,d", [(16384, 16, 128), (1, 1, 64), (17, 3, 40), (129, 4, 256), (64, 1, 96)])
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_workspace_covers_the_cuda_layout_with_no_slack_when_aligned(lead, sq, hq, d, deterministic):
+    import math
+
+    import jax
+    import jax.numpy as jnp
+
+    from jax_flash import partitioning
+
+    q = jax.ShapeDtypeStruct(lead + (sq, hq, d), jnp.bfloat16)
+    batch = math.prod(lead)
+    d_pad = partitioning._kernel_head_dim(d, False)
+    have = 4 * batch * partitioning._bwd_workspace_floats(q, deterministic, False)
+    need = _cuda_workspace_bytes(batch, hq, sq, d_pad, deterministic)
+    assert have >= need
+    if (batch * hq * sq) % 64 == 0:  # the FA2 grid's shapes: exactly what runs, as cuDNN
+        assert have == need
+    # vmap adds a leading axis XLA multiplies in; the slack must still cover it
+    assert 7 * have >= _cuda_workspace_bytes(7 * batch, hq, sq, d_pad, deterministic)
