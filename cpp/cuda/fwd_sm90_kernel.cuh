@@ -33,19 +33,28 @@ namespace jax_flash::cuda::fwd {
 // waits for it); otherwise each wgmma is waited on before the softmax.
 // kLoadsFirst: the next tiles' cp.async loads are issued before the
 // wgmmas of the step (else right behind them).
-template <int kHeadDim_, int kBlockN_, typename Element_, bool kOverlap_ = true, bool kLoadsFirst_ = true>
+// kCtasPerSm: the register budget asked of ptxas (__launch_bounds__ min
+// blocks). With 2, two CTAs share an SM (<= 128 registers a thread) and the
+// warp schedulers overlap one CTA's softmax with the other's wgmmas, which
+// the lockstep warpgroups of one CTA cannot do among themselves.
+// kWarpgroups: 64 query rows each (BM = 64 x kWarpgroups); with 1, every
+// warpgroup on the SM runs free of the others (no CTA barrier shared).
+template <int kHeadDim_, int kBlockN_, typename Element_, bool kOverlap_ = true, bool kLoadsFirst_ = true,
+          int kCtasPerSm_ = 1, int kWarpgroups_ = 2>
 struct Sm90Traits {
   using Element = Element_;
   static constexpr bool kOverlap = kOverlap_;
   static constexpr bool kLoadsFirst = kLoadsFirst_;
+  static constexpr int kCtasPerSm = kCtasPerSm_;
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kBlockM = 128;  // 2 warpgroups x 64 rows
+  static constexpr int kWarpgroups = kWarpgroups_;
+  static constexpr int kBlockM = 64 * kWarpgroups;
   static constexpr int kBlockN = kBlockN_;
-  static constexpr int kNThreads = 256;
+  static constexpr int kNThreads = 128 * kWarpgroups;
   static constexpr int kStages = 2;
   static_assert(kHeadDim % 64 == 0 && kBlockN % 16 == 0);
 
-  using WarpgroupsMNK = Layout<Shape<_2, _1, _1>>;
+  using WarpgroupsMNK = Layout<Shape<Int<kWarpgroups>, _1, _1>>;
   // S = Q K^T: A = Q (BM, D), B = K (BN, D), both K-major in smem.
   using TiledMmaS = decltype(make_tiled_mma(
       GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kBlockN>, Int<kHeadDim>>>(),
@@ -151,7 +160,7 @@ __device__ __forceinline__ void wgmma_issue(TiledMma& mma, TA& tA, TB const& tB,
 }
 
 template <class Traits>
-__global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_sm90_kernel(const __grid_constant__ FwdArgs args) {
+__global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm90_kernel(const __grid_constant__ FwdArgs args) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM;
