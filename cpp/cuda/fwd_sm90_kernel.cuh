@@ -1,8 +1,10 @@
 // Hopper (SM90a) forward for plain attention (no variants): wgmma tensor
-// cores, no warp specialisation. One CTA of 2 warpgroups per 128-row query
-// tile; each warpgroup owns 64 rows (the wgmma M). K and V tiles are double
-// buffered in 128 B-swizzled shared memory and loaded one tile ahead with
-// cp.async. S = Q K^T is an SS wgmma (both operands in smem); O += P V is an
+// cores, no warp specialisation. One CTA of kWarpgroups warpgroups (2 by
+// default) per 64 x kWarpgroups-row query tile; each warpgroup owns 64 rows
+// (the wgmma M). d64/d128 run two such CTAs per SM (kCtasPerSm): the only
+// source of softmax / wgmma overlap across warpgroups in this design.
+// K and V tiles are double buffered in 128 B-swizzled shared memory and
+// loaded one tile ahead with cp.async. S = Q K^T is an SS wgmma (both operands in smem); O += P V is an
 // RS wgmma: P stays in registers, the S accumulator converted to 16-bit and
 // re-viewed as the A-operand fragment. V is stored (BN, D) like K and read
 // through a transposed (MN-major) view as the B operand.
