@@ -1,8 +1,10 @@
 // Hopper (SM90a) forward for plain attention (no variants): wgmma tensor
-// cores, no warp specialisation. One CTA of 2 warpgroups per 128-row query
-// tile; each warpgroup owns 64 rows (the wgmma M). K and V tiles are double
-// buffered in 128 B-swizzled shared memory and loaded one tile ahead with
-// cp.async. S = Q K^T is an SS wgmma (both operands in smem); O += P V is an
+// cores, no warp specialisation. One CTA of kWarpgroups warpgroups (2 by
+// default) per 64 x kWarpgroups-row query tile; each warpgroup owns 64 rows
+// (the wgmma M). d64/d128 run two such CTAs per SM (kCtasPerSm): the only
+// source of softmax / wgmma overlap across warpgroups in this design.
+// K and V tiles are double buffered in 128 B-swizzled shared memory and
+// loaded one tile ahead with cp.async. S = Q K^T is an SS wgmma (both operands in smem); O += P V is an
 // RS wgmma: P stays in registers, the S accumulator converted to 16-bit and
 // re-viewed as the A-operand fragment. V is stored (BN, D) like K and read
 // through a transposed (MN-major) view as the B operand.
@@ -33,19 +35,28 @@ namespace jax_flash::cuda::fwd {
 // waits for it); otherwise each wgmma is waited on before the softmax.
 // kLoadsFirst: the next tiles' cp.async loads are issued before the
 // wgmmas of the step (else right behind them).
-template <int kHeadDim_, int kBlockN_, typename Element_, bool kOverlap_ = true, bool kLoadsFirst_ = true>
+// kCtasPerSm: the register budget asked of ptxas (__launch_bounds__ min
+// blocks). With 2, two CTAs share an SM (<= 128 registers a thread) and the
+// warp schedulers overlap one CTA's softmax with the other's wgmmas, which
+// the lockstep warpgroups of one CTA cannot do among themselves.
+// kWarpgroups: 64 query rows each (BM = 64 x kWarpgroups); with 1, every
+// warpgroup on the SM runs free of the others (no CTA barrier shared).
+template <int kHeadDim_, int kBlockN_, typename Element_, bool kOverlap_ = true, bool kLoadsFirst_ = true,
+          int kCtasPerSm_ = 1, int kWarpgroups_ = 2>
 struct Sm90Traits {
   using Element = Element_;
   static constexpr bool kOverlap = kOverlap_;
   static constexpr bool kLoadsFirst = kLoadsFirst_;
+  static constexpr int kCtasPerSm = kCtasPerSm_;
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kBlockM = 128;  // 2 warpgroups x 64 rows
+  static constexpr int kWarpgroups = kWarpgroups_;
+  static constexpr int kBlockM = 64 * kWarpgroups;
   static constexpr int kBlockN = kBlockN_;
-  static constexpr int kNThreads = 256;
+  static constexpr int kNThreads = 128 * kWarpgroups;
   static constexpr int kStages = 2;
   static_assert(kHeadDim % 64 == 0 && kBlockN % 16 == 0);
 
-  using WarpgroupsMNK = Layout<Shape<_2, _1, _1>>;
+  using WarpgroupsMNK = Layout<Shape<Int<kWarpgroups>, _1, _1>>;
   // S = Q K^T: A = Q (BM, D), B = K (BN, D), both K-major in smem.
   using TiledMmaS = decltype(make_tiled_mma(
       GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kBlockN>, Int<kHeadDim>>>(),
@@ -151,7 +162,7 @@ __device__ __forceinline__ void wgmma_issue(TiledMma& mma, TA& tA, TB const& tB,
 }
 
 template <class Traits>
-__global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_sm90_kernel(const __grid_constant__ FwdArgs args) {
+__global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm90_kernel(const __grid_constant__ FwdArgs args) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM;

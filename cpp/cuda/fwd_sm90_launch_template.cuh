@@ -18,20 +18,40 @@ namespace fwd {
 template <DType kDType>
 using Sm90ElementOf = std::conditional_t<kDType == DType::kFloat16, cutlass::half_t, cutlass::bfloat16_t>;
 
-// kBlockN per head dim (BM = 128, 2 warpgroups).
+// Default configuration per head dim (BM = 128, 2 warpgroups); measured on
+// the H100 (benchmarks/NOTES.md, "Hopper forward at head dim 64"):
+// - d64, d128: two CTAs per SM (128 registers a thread), each wgmma waited on.
+//   The other CTA's wgmmas fill this one's softmax; the overlapped loop's
+//   extra P registers do not fit the cap without spills. d128 takes BN = 64
+//   so that O (64 registers) + S fit.
+// - d256: one CTA (O alone is 128 registers), overlapped loop, next tiles'
+//   loads issued behind the wgmmas (faster at d256, ~equal at d64/d128).
 template <int D> struct Sm90Tile;
-template <> struct Sm90Tile<64>  { static constexpr int kN = 128; };
-template <> struct Sm90Tile<128> { static constexpr int kN = 128; };
-template <> struct Sm90Tile<256> { static constexpr int kN = 64; };
+template <> struct Sm90Tile<64> {
+  static constexpr int kN = 128;
+  static constexpr bool kOverlap = false, kLoadsFirst = true;
+  static constexpr int kCtasPerSm = 2;
+};
+template <> struct Sm90Tile<128> {
+  static constexpr int kN = 64;
+  static constexpr bool kOverlap = false, kLoadsFirst = true;
+  static constexpr int kCtasPerSm = 2;
+};
+template <> struct Sm90Tile<256> {
+  static constexpr int kN = 64;
+  static constexpr bool kOverlap = true, kLoadsFirst = false;
+  static constexpr int kCtasPerSm = 1;
+};
 
 template <int kHeadDim, DType kDType>
-using Sm90DefaultTraits = Sm90Traits<kHeadDim, Sm90Tile<kHeadDim>::kN, Sm90ElementOf<kDType>>;
+using Sm90DefaultTraits = Sm90Traits<kHeadDim, Sm90Tile<kHeadDim>::kN, Sm90ElementOf<kDType>, Sm90Tile<kHeadDim>::kOverlap,
+                                     Sm90Tile<kHeadDim>::kLoadsFirst, Sm90Tile<kHeadDim>::kCtasPerSm>;
 
 // This instantiation can run here (cached per device; cuda/sm90_ready.h).
 template <class Traits>
 bool sm90_ready() {
   static std::atomic<unsigned long long> state{0};
-  return sm90_kernel_ready(&fwd_sm90_kernel<Traits>, Traits::kSmemBytes, state);
+  return sm90_kernel_ready(&fwd_sm90_kernel<Traits>, Traits::kSmemBytes, state, Traits::kCtasPerSm > 1);
 }
 
 // Launch the Hopper forward; cudaErrorNotSupported when this device or

@@ -10,9 +10,12 @@
 namespace jax_flash::cuda {
 
 // `state` caches the answer per device (bit 2*dev: checked, 2*dev+1:
-// usable); pass one static per kernel. A failed probe leaves no sticky error.
+// usable); pass one static per kernel. `max_carveout`: ask for all of the
+// unified L1/smem as smem, so that several CTAs fit on an SM side by side.
+// A failed probe leaves no sticky error.
 template <class Kernel>
-bool sm90_kernel_ready(Kernel kernel, int smem_bytes, std::atomic<unsigned long long>& state) {
+bool sm90_kernel_ready(Kernel kernel, int smem_bytes, std::atomic<unsigned long long>& state,
+                       bool max_carveout = false) {
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || dev >= 32) {
     cudaGetLastError();
@@ -31,6 +34,9 @@ bool sm90_kernel_ready(Kernel kernel, int smem_bytes, std::atomic<unsigned long 
         attr.ptxVersion == 90) {
       ok = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes) ==
            cudaSuccess;
+      if (ok && max_carveout)
+        ok = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                  int(cudaSharedmemCarveoutMaxShared)) == cudaSuccess;
     }
   }
   cudaGetLastError();

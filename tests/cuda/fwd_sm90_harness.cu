@@ -11,25 +11,14 @@
 
 namespace jf = jax_flash::cuda;
 
-// sm90_alt/*.cu: alternative configurations (bf16); "late" = loads issued
-// behind the wgmmas, "ov" = overlapped loop, "noov" = each wgmma waited on.
-cudaError_t sm90_d128_n128_noov(const FwdParams& p, cudaStream_t s);
-cudaError_t sm90_d128_n192_noov(const FwdParams& p, cudaStream_t s);
-cudaError_t sm90_d128_n192_ov(const FwdParams& p, cudaStream_t s);
-cudaError_t sm90_d128_n128_ov_late(const FwdParams& p, cudaStream_t s);
-cudaError_t sm90_d64_n128_ov_late(const FwdParams& p, cudaStream_t s);
-cudaError_t sm90_d256_n64_ov_late(const FwdParams& p, cudaStream_t s);
-struct Alt {
-  const char* name;
-  int d;
-  TuneFn fn;
-};
-static const Alt kAlts[] = {{"noov BN=128", 128, &sm90_d128_n128_noov},
-                            {"noov BN=192", 128, &sm90_d128_n192_noov},
-                            {"ov BN=192", 128, &sm90_d128_n192_ov},
-                            {"ov late-loads BN=128", 128, &sm90_d128_n128_ov_late},
-                            {"ov late-loads BN=128", 64, &sm90_d64_n128_ov_late},
-                            {"ov late-loads BN=64", 256, &sm90_d256_n64_ov_late}};
+// sm90_alt/*.cu: alternative configurations (bf16), registered by their
+// units; "late" = loads issued behind the wgmmas, "ov" = overlapped loop,
+// "noov" = each wgmma waited on, "2cta" = two CTAs per SM (128 registers).
+#include "sm90_alt/alt.h"
+std::vector<Sm90Alt>& sm90_alts() {
+  static std::vector<Sm90Alt> alts;
+  return alts;
+}
 
 // The Hopper forward for one (dtype, head dim <= 256): the kernel head dim
 // is 64, 128 or 256 (columns past head_dim are zero-padded, as run_fwd does).
@@ -49,15 +38,23 @@ static void bench_sm90() {
   const int tokens = 16384, hidden = 2048;
   std::printf("\n== timings (bf16, batch*seqlen=%d, hidden=%d), TFLOP/s: sm90 wgmma (default config) vs run_fwd "
               "(SM80 mma.sync; -1 = not in this build), then alternatives ==\n", tokens, hidden);
+  std::vector<Sm90Alt> alts = sm90_alts();
+  std::sort(alts.begin(), alts.end(), [](const Sm90Alt& x, const Sm90Alt& y) {
+    return std::string(x.name) < std::string(y.name);
+  });
   for (int d : {128, 64, 256}) {
-    for (int s : {2048, 8192, 16384}) {
+    for (int s : {512, 1024, 2048, 4096, 8192, 16384}) {
       for (bool causal : {false, true}) {
         const int b = tokens / s, h = hidden / d;
         const double tn = time_config(&sm90_fwd, b, s, h, d, causal, DType::kBFloat16);
+#ifdef SM90_NO_SM80  // built without the SM80 units (Makefile.sm90 SM80=0)
+        const double to = -1.0;
+#else
         const double to = time_config(&jf::run_fwd, b, s, h, d, causal, DType::kBFloat16);
+#endif
         std::printf("BENCH d=%3d seqlen=%5d b=%d h=%2d causal=%d  sm90 %.1f TFLOP/s  sm80 %.1f TFLOP/s  x%.3f", d, s, b,
                     h, int(causal), tn, to, tn / to);
-        for (const Alt& a : kAlts)
+        for (const Sm90Alt& a : alts)
           if (a.d == d) std::printf("  | %s %.1f", a.name, time_config(a.fn, b, s, h, d, causal, DType::kBFloat16));
         std::printf("\n");
         std::fflush(stdout);
@@ -95,7 +92,7 @@ int main(int argc, char** argv) {
   std::printf("%d / %zu cases failed\n", g_fail, cases.size());
   if (!only_bench) {
     // alternative configurations (bf16, Sq and Sk <= 1000 cases of their head dim)
-    for (const Alt& a : kAlts) {
+    for (const Sm90Alt& a : sm90_alts()) {
       int n = 0;
       g_run_fwd = a.fn;
       std::printf("-- alternative: d%d %s --\n", a.d, a.name);
