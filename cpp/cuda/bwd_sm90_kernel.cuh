@@ -117,12 +117,7 @@ struct BwdSm90Traits {
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
 
-  static constexpr int kThreadsPerRow = (kHeadDim % 128 == 0 ? 128 : 64) / 8;
-  using GmemThreads = Layout<Shape<Int<kNThreads / kThreadsPerRow>, Int<kThreadsPerRow>>,
-                             Stride<Int<kThreadsPerRow>, _1>>;
-  using GmemCopyIn = decltype(make_tiled_copy(
-      Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, Element>{}, GmemThreads{},
-      Layout<Shape<_1, _8>>{}));
+  using GmemCopyIn = typename fwd::GmemTileCopies<Element, kHeadDim, kNThreads>::In;
   using SmemCopyAtomdS = Copy_Atom<UniversalCopy<uint32_t>, Element>;
 };
 

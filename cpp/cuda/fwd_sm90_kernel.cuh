@@ -83,16 +83,8 @@ struct Sm90Traits {
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
 
-  // Global memory: 16 B per thread per copy, consecutive threads along a row.
-  static constexpr int kGmemRowK = kHeadDim % 128 == 0 ? 128 : 64;
-  static constexpr int kThreadsPerRow = kGmemRowK / 8;
-  using GmemThreads = Layout<Shape<Int<kNThreads / kThreadsPerRow>, Int<kThreadsPerRow>>,
-                             Stride<Int<kThreadsPerRow>, _1>>;
-  using GmemCopyIn = decltype(make_tiled_copy(
-      Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, Element>{}, GmemThreads{},
-      Layout<Shape<_1, _8>>{}));
-  using GmemCopyOut = decltype(make_tiled_copy(Copy_Atom<UniversalCopy<cute::uint128_t>, Element>{},
-                                               GmemThreads{}, Layout<Shape<_1, _8>>{}));
+  using GmemCopyIn = typename GmemTileCopies<Element, kHeadDim, kNThreads>::In;
+  using GmemCopyOut = typename GmemTileCopies<Element, kHeadDim, kNThreads>::Out;
   using SmemCopyAtomO = Copy_Atom<UniversalCopy<uint32_t>, Element>;
 };
 

@@ -11,6 +11,22 @@ namespace jax_flash::cuda::fwd {
 
 using namespace cute;
 
+// Global-memory tile copies, shared by the SM80 and Hopper kernels: 16 B per
+// thread per copy, consecutive threads along a row; cp.async in, vector
+// stores out.
+template <typename Element, int kHeadDim, int kNThreads>
+struct GmemTileCopies {
+  static constexpr int kRowK = kHeadDim % 128 == 0 ? 128 : (kHeadDim % 64 == 0 ? 64 : 32);
+  static constexpr int kThreadsPerRow = kRowK / 8;
+  static_assert(kNThreads % kThreadsPerRow == 0);
+  using Threads = Layout<Shape<Int<kNThreads / kThreadsPerRow>, Int<kThreadsPerRow>>,
+                         Stride<Int<kThreadsPerRow>, _1>>;
+  using In = decltype(make_tiled_copy(Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, Element>{},
+                                      Threads{}, Layout<Shape<_1, _8>>{}));
+  using Out = decltype(make_tiled_copy(Copy_Atom<UniversalCopy<cute::uint128_t>, Element>{}, Threads{},
+                                       Layout<Shape<_1, _8>>{}));
+};
+
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kNWarps_, typename Element_>
 struct FwdTraits {
   using Element = Element_;
@@ -48,17 +64,8 @@ struct FwdTraits {
   using SmemCopyAtomT = Copy_Atom<SM75_U16x8_LDSM_T, Element>;
   using SmemCopyAtomO = Copy_Atom<UniversalCopy<uint32_t>, Element>;
 
-  // Global memory: 16 B per thread per copy, consecutive threads along a row.
-  static constexpr int kGmemRowK = kHeadDim % 128 == 0 ? 128 : (kHeadDim % 64 == 0 ? 64 : 32);
-  static constexpr int kThreadsPerRow = kGmemRowK / 8;
-  static_assert(kNThreads % kThreadsPerRow == 0);
-  using GmemThreads = Layout<Shape<Int<kNThreads / kThreadsPerRow>, Int<kThreadsPerRow>>,
-                             Stride<Int<kThreadsPerRow>, _1>>;
-  using GmemCopyIn = decltype(make_tiled_copy(
-      Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, Element>{}, GmemThreads{},
-      Layout<Shape<_1, _8>>{}));
-  using GmemCopyOut = decltype(make_tiled_copy(Copy_Atom<UniversalCopy<cute::uint128_t>, Element>{},
-                                               GmemThreads{}, Layout<Shape<_1, _8>>{}));
+  using GmemCopyIn = typename GmemTileCopies<Element, kHeadDim, kNThreads>::In;
+  using GmemCopyOut = typename GmemTileCopies<Element, kHeadDim, kNThreads>::Out;
 
   static constexpr int kSmemBytes =
       int(sizeof(Element)) * (kBlockM + 2 * kBlockN) * kHeadDim;
