@@ -36,16 +36,29 @@ cudaError_t run_bwd_varm_hdim(const BwdParams& params, BwdLaunchFlags flags, cud
 template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_sm90_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream);
 
-// Workspace: [dsum: B*Hq*Sq floats][dq accumulator: B*Hq*Sq*kHeadDim floats,
-// atomic mode only], each part 256 B aligned.
+// Workspace: [dsum: B*Hq*Sq floats][dq accumulator: B*Hq*Sq*kHeadDim floats]
+// [order counters: B*Hq*ceil(Sq/64) ints], each part 256 B aligned. The
+// accumulator is there in atomic mode, and in deterministic mode where the
+// Hopper kernel may run it (plain attention at head dims 64 and 128), which
+// orders its dQ reduces with the counters; the SM80 deterministic kernels
+// need neither.
+inline constexpr int kBwdOrderRows = 64;  // query rows per order counter
 inline size_t bwd_align256(size_t n) { return (n + 255) & ~size_t(255); }
+inline bool bwd_det_ordered(const BwdParams& p, int padded_head_dim) {
+  return p.deterministic && p.plain_mask() && (padded_head_dim == 64 || padded_head_dim == 128);
+}
 inline size_t bwd_dsum_bytes(const BwdParams& p) {
   return bwd_align256(sizeof(float) * size_t(p.batch) * size_t(p.heads_q) * size_t(p.seqlen_q));
 }
 inline size_t bwd_accum_bytes(const BwdParams& p, int padded_head_dim) {
-  if (p.deterministic) return 0;
+  if (p.deterministic && !bwd_det_ordered(p, padded_head_dim)) return 0;
   return bwd_align256(sizeof(float) * size_t(p.batch) * size_t(p.heads_q) * size_t(p.seqlen_q) *
                       size_t(padded_head_dim));
+}
+inline size_t bwd_order_bytes(const BwdParams& p, int padded_head_dim) {
+  if (!bwd_det_ordered(p, padded_head_dim)) return 0;
+  const size_t tiles = (size_t(p.seqlen_q) + kBwdOrderRows - 1) / kBwdOrderRows;
+  return bwd_align256(sizeof(int) * size_t(p.batch) * size_t(p.heads_q) * tiles);
 }
 
 }  // namespace jax_flash::cuda

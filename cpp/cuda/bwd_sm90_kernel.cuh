@@ -21,6 +21,14 @@
 // the accumulator layout the RS A operand wants, so dV and dK need no smem
 // round trip; only dQ does. The preprocess (D = rowsum(dO O), accumulator
 // clear) and convert kernels are the SM80 path's.
+//
+// Deterministic mode (dq_order != nullptr) is the same kernel with the dQ
+// reduces of each query tile put in a fixed order: highest key tile first.
+// One counter per (batch, q head, query tile) counts the reduces done; a CTA
+// waits for its turn before issuing, and counts its own once the reduce has
+// completed. CTAs launch highest key tile first, so whoever a CTA waits for
+// is already resident (no deadlock however many tiles), and under causal
+// masking the tile whose first query tile it is goes first (no idle wait).
 #pragma once
 
 #include <cmath>
@@ -53,24 +61,38 @@ __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.comm
 __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 
+// Deterministic mode's dQ ordering counters (gpu scope).
+__device__ __forceinline__ int load_acquire(const int* ptr) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(ptr) : "memory");
+  return v;
+}
+__device__ __forceinline__ void add_release(int* ptr, int v) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(ptr), "r"(v) : "memory");
+}
+__device__ __forceinline__ void fence_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
+
 // kDqBulk: dQ through smem and bulk reduce copies (measured +5-7% over the
 // atomics at d128). kEarlyDv: dV += P^T dO is issued as soon as P^T is
 // ready, so the dS^T math runs under it. kLateLoads: the next tile's
 // cp.async loads are issued behind the S^T / dP^T wgmmas, not before them.
+// kBlockM: query rows per step (128 at d64, where 64 leaves each step too
+// little work to cover its two CTA barriers).
 template <int kHeadDim_, typename Element_, bool kDqBulk_ = true, bool kEarlyDv_ = false,
-          bool kLateLoads_ = false>
+          bool kLateLoads_ = false, int kBlockM_ = 64>
 struct BwdSm90Traits {
   using Element = Element_;
   static constexpr bool kDqBulk = kDqBulk_;
   static constexpr bool kEarlyDv = kEarlyDv_;
   static constexpr bool kLateLoads = kLateLoads_;
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kBlockM = 64;   // query rows per step
-  static constexpr int kBlockN = 128;  // keys per CTA: 2 warpgroups x 64
+  static constexpr int kBlockM = kBlockM_;  // query rows per step
+  static constexpr int kBlockN = 128;       // keys per CTA: 2 warpgroups x 64
   static constexpr int kNThreads = 256;
   static constexpr int kStages = 2;
   static constexpr int kDqRow = kHeadDim + 4;  // floats per staged dQ row
   static_assert(kHeadDim % 64 == 0);
+  static_assert(2 * kBlockM <= kNThreads);  // one thread per LSE / D entry
 
   // S^T, dP^T (BN, BM): A = K / V (BN, D), B = Q / dO (BM, D), K-major both.
   using TiledMmaSdP = decltype(make_tiled_mma(
@@ -125,7 +147,7 @@ struct BwdSm90Traits {
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kNThreads, 1)
 bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restrict__ dsum,
-                     float* __restrict__ dq_accum, const bool pair_ok) {
+                     float* __restrict__ dq_accum, int* __restrict__ dq_order, const bool pair_ok) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Element = typename Traits::Element;
   constexpr int M = Traits::kBlockM, N = Traits::kBlockN, D = Traits::kHeadDim;
@@ -135,8 +157,10 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
   Storage& smem = *reinterpret_cast<Storage*>(smem_raw);
 
   const int tid = threadIdx.x;
-  const int nb = blockIdx.x, hkv = blockIdx.y, b = blockIdx.z;
   const int Sq = p.seqlen_q, Sk = p.seqlen_k;
+  const int n_blocks = (Sk + N - 1) / N;
+  const int nb = dq_order ? n_blocks - 1 - int(blockIdx.x) : int(blockIdx.x);
+  const int hkv = blockIdx.y, b = blockIdx.z;
   const int group = p.heads_q / p.heads_kv;
   const int n0 = nb * N;
   // Causal (top-left aligned: key j visible to query i iff j <= i): query
@@ -239,14 +263,40 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
     }
     if (tid < M) bulk_commit();
   };
+  // Deterministic mode: the counter of the staged tile, and of the tile whose
+  // reduce is in flight (to be counted once it completes).
+  const int m_tiles = (Sq + M - 1) / M;
+  auto order_counter = [&](int h, int m0) { return dq_order + (int64_t(b) * p.heads_q + h) * m_tiles + m0 / M; };
+  auto wait_turn = [&]() {  // thread 0, before the barrier that precedes dq_flush
+    if (dq_h < 0) return;
+    const int mt = dq_m0 / M;
+    // Highest key tile that sees query tile mt: causal, the last whose first
+    // query tile (floor(n0 / M)) is <= mt.
+    const int first = p.causal ? min(n_blocks - 1, ((mt + 1) * M - 1) / N) : n_blocks - 1;
+    const int* c = order_counter(dq_h, dq_m0);
+    while (load_acquire(c) < first - nb) {
+    }
+    fence_async_global();  // the counter read before our reduce
+  };
+  int* in_flight = nullptr;
+  auto count_done = [&]() {  // all threads, at a barrier after the flushing threads' wait
+    if (tid == 0 && in_flight) add_release(in_flight, 1);
+    in_flight = nullptr;
+  };
 
   for (int st = 0; it < total; st ^= 1) {
     const int h = hkv * group + it / nm;
     const int m0 = (m_begin + it % nm) * M;
     cp_async_wait<0>();
     cutlass::arch::fence_view_async_shared();  // cp.async / st.shared -> wgmma reads
+    if constexpr (Traits::kDqBulk) {
+      if (dq_order && tid == 0) wait_turn();
+    }
     __syncthreads();  // tile `it` landed; every wgmma of the previous step is done
-    if constexpr (Traits::kDqBulk) dq_flush();
+    if constexpr (Traits::kDqBulk) {
+      dq_flush();
+      if (dq_order && dq_h >= 0) in_flight = order_counter(dq_h, dq_m0);
+    }
     auto loads = [&]() {
       if (it + 1 < total) issue(it + 1, st ^ 1);
       cp_async_fence();
@@ -280,7 +330,12 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
         s(r, c) = pv;
       }
     }
-    Tensor rP = fwd::convert_regs<Element>(acc_s);
+    // At 128 query rows the bf16 P^T is made only after dS^T, so that the
+    // fp32 P^T, dP^T, dK and dV are the most ever live (255 registers).
+    constexpr bool kConvertPLate = M > 64 && !Traits::kEarlyDv;
+    using FragP = decltype(fwd::convert_regs<Element>(acc_s));
+    FragP rP;
+    if constexpr (!kConvertPLate) rP = fwd::convert_regs<Element>(acc_s);
     Tensor tdVrP = make_tensor(rP.data(), fwd::PAsALayout<M>{});
     if constexpr (Traits::kEarlyDv) {
       fwd::wgmma_issue<false, true>(mma_dkv, tdVrP, tdVrdOt(_, _, _, st), acc_dv);
@@ -296,6 +351,7 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
 #pragma unroll
       for (int r = 0; r < size<0>(ds); ++r) ds(r, c) = s(r, c) * (ds(r, c) - dd);
     }
+    if constexpr (kConvertPLate) rP = fwd::convert_regs<Element>(acc_s);
 
     // dV += P^T dO, dK += dS^T Q (RS); dS^T also to smem for dQ.
     if constexpr (!Traits::kEarlyDv) fwd::wgmma_issue<false, true>(mma_dkv, tdVrP, tdVrdOt(_, _, _, st), acc_dv);
@@ -305,11 +361,22 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
     cute::copy(r2s, r2s_thr.retile_S(rdS), tdSsdS);
     cutlass::arch::fence_view_async_shared();
     // The previous step's dQ reduce has read the staging tile before anyone
-    // overwrites it below.
+    // overwrites it below (deterministic mode: has completed, so it can be
+    // counted).
     if constexpr (Traits::kDqBulk) {
-      if (tid < M) bulk_wait_read();
+      if (tid < M) {
+        if (dq_order) {
+          bulk_wait_all();
+          fence_async_global();
+        } else {
+          bulk_wait_read();
+        }
+      }
     }
     __syncthreads();  // both warpgroups' dS^T rows are in smem
+    if constexpr (Traits::kDqBulk) {
+      if (dq_order) count_done();
+    }
 
     Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<M>, Int<D>>{});
     fwd::wgmma_issue<true, false>(mma_dq, tdQrdS, tdQrKt, acc_dq);
@@ -341,9 +408,18 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
   }
   cp_async_wait<0>();  // nothing in flight at exit (no iterations: K, V)
   if constexpr (Traits::kDqBulk) {
+    if (dq_order && tid == 0) wait_turn();
     __syncthreads();  // the last staged tile is complete
     dq_flush();
-    if (tid < M) bulk_wait_all();
+    if (tid < M) {
+      bulk_wait_all();
+      if (dq_order) fence_async_global();
+    }
+    if (dq_order) {
+      in_flight = dq_h >= 0 ? order_counter(dq_h, dq_m0) : nullptr;
+      __syncthreads();
+      count_done();
+    }
   }
 
   Element* dk = static_cast<Element*>(p.dk) + b * p.dk_batch_stride + int64_t(n0) * p.dk_row_stride +

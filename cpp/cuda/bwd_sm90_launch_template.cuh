@@ -1,8 +1,9 @@
 // Host side of the Hopper (wgmma) backward: availability check, smem
 // opt-in, launch sequence (the SM80 path's preprocess and dQ convert kernels
-// around the sm90 dK/dV kernel). Atomic dQ mode, plain attention, head dim
-// == the instantiated one, 16 B-aligned inputs; anything else answers
-// cudaErrorNotSupported so the caller can fall back to run_bwd_hdim.
+// around the sm90 dK/dV kernel). Plain attention, head dim == the
+// instantiated one, 16 B-aligned inputs, atomic or deterministic (ordered dQ
+// reduces) mode; anything else answers cudaErrorNotSupported so the caller
+// can fall back to run_bwd_hdim.
 // Included only by instantiations/bwd_sm90_*.cu.
 #pragma once
 
@@ -32,16 +33,25 @@ template <class Traits>
 cudaError_t launch_bwd_sm90(const BwdParams& p, BwdLaunchFlags flags, cudaStream_t stream) {
   using Element = typename Traits::Element;
   constexpr int D = Traits::kHeadDim;
-  if (p.deterministic || !flags.vec_ok || p.head_dim != D) return cudaErrorNotSupported;
+  if (!flags.vec_ok || p.head_dim != D) return cudaErrorNotSupported;
+  if (p.deterministic && (!Traits::kDqBulk || bwd_order_bytes(p, D) == 0)) return cudaErrorNotSupported;
   if (!sm90_bwd_ready<Traits>()) return cudaErrorNotSupported;
   const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
-  float* dsum = static_cast<float*>(p.workspace);
-  float* accum = reinterpret_cast<float*>(static_cast<char*>(p.workspace) + bwd_dsum_bytes(p));
+  char* ws = static_cast<char*>(p.workspace);
+  float* dsum = reinterpret_cast<float*>(ws);
+  float* accum = reinterpret_cast<float*>(ws + bwd_dsum_bytes(p));
+  int* order = nullptr;
+  if (p.deterministic) {
+    static_assert(Traits::kBlockM >= kBwdOrderRows);  // the counters cover its query tiles
+    order = reinterpret_cast<int*>(ws + bwd_dsum_bytes(p) + bwd_accum_bytes(p, D));
+    const cudaError_t err = cudaMemsetAsync(order, 0, bwd_order_bytes(p, D), stream);
+    if (err != cudaSuccess) return err;
+  }
   if (rows > 0) bwd::bwd_preprocess_kernel<Element><<<bwd::rows_grid(rows), 256, 0, stream>>>(p, dsum, accum, D);
   if (p.seqlen_k > 0) {
     const dim3 grid((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN, p.heads_kv, p.batch);
     bwd_sm90_dkdv_kernel<Traits><<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(
-        p, dsum, accum, flags.pair_ok);
+        p, dsum, accum, order, flags.pair_ok);
   }
   if (rows > 0) bwd::bwd_dq_convert_kernel<Element><<<bwd::rows_grid(rows), 256, 0, stream>>>(p, accum, D);
   return cudaGetLastError();
@@ -49,11 +59,17 @@ cudaError_t launch_bwd_sm90(const BwdParams& p, BwdLaunchFlags flags, cudaStream
 
 }  // namespace bwd90
 
-// Plain attention, atomic mode, vector-aligned inputs (else NotSupported).
+// Query rows per step: 128 at d64 (its 64-row steps were barrier-bound), 64
+// above (the d128 accumulators leave no registers for more).
+template <int kHeadDim>
+inline constexpr int kBwdSm90BlockM = kHeadDim <= 64 ? 128 : 64;
+
+// Plain attention, vector-aligned inputs (else NotSupported).
 template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_sm90_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream) {
-  return bwd90::launch_bwd_sm90<bwd90::BwdSm90Traits<kHeadDim, bwd90::ElementOf<kDType>>>(params, flags,
-                                                                                          stream);
+  using Traits = bwd90::BwdSm90Traits<kHeadDim, bwd90::ElementOf<kDType>, true, false, false,
+                                      kBwdSm90BlockM<kHeadDim>>;
+  return bwd90::launch_bwd_sm90<Traits>(params, flags, stream);
 }
 
 }  // namespace jax_flash::cuda
