@@ -147,7 +147,8 @@ struct BwdSm90Traits {
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kNThreads, 1)
 bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restrict__ dsum,
-                     float* __restrict__ dq_accum, int* __restrict__ dq_order, const bool pair_ok) {
+                     float* __restrict__ dq_accum, int* __restrict__ dq_order, const int dq_rotate,
+                     const bool pair_ok) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Element = typename Traits::Element;
   constexpr int M = Traits::kBlockM, N = Traits::kBlockN, D = Traits::kHeadDim;
@@ -169,6 +170,14 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
   const int m_end = (Sq + M - 1) / M;
   const int nm = m_end > m_begin ? m_end - m_begin : 0;
   const int total = group * nm;
+  // Query tile of iteration `it` (per q head of the group). With dq_rotate
+  // (deterministic, not causal) CTA nb starts at tile nb * dq_rotate and
+  // wraps around, so the CTAs of a key-tile row work on different query tiles
+  // at any one time instead of queueing on the same one.
+  auto m_tile = [&](int it) {
+    const int i = it % nm;
+    return dq_rotate ? (i + nb * dq_rotate) % nm : m_begin + i;
+  };
 
   Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
   Tensor sQt = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQt{});
@@ -198,7 +207,7 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
   // Q, dO, lse, D of iteration `it` into stage `st`.
   auto issue = [&](int it, int st) {
     const int h = hkv * group + it / nm;
-    const int m0 = (m_begin + it % nm) * M;
+    const int m0 = m_tile(it) * M;
     const Element* qp = static_cast<const Element*>(p.q) + b * p.q_batch_stride +
                         int64_t(m0) * p.q_row_stride + h * p.q_head_stride;
     const Element* dp = static_cast<const Element*>(p.dout) + b * p.do_batch_stride +
@@ -270,11 +279,20 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
   auto wait_turn = [&]() {  // thread 0, before the barrier that precedes dq_flush
     if (dq_h < 0) return;
     const int mt = dq_m0 / M;
-    // Highest key tile that sees query tile mt: causal, the last whose first
-    // query tile (floor(n0 / M)) is <= mt.
-    const int first = p.causal ? min(n_blocks - 1, ((mt + 1) * M - 1) / N) : n_blocks - 1;
+    // How many CTAs reduce into tile mt before this one. Rotated: in the
+    // order in which the CTAs reach it, k, k-1, .., 0, then n_blocks-1, ..,
+    // k+1, where k is the last CTA starting at or before mt. Else highest key
+    // tile first: causal, the highest that sees tile mt is the last whose
+    // first query tile (floor(n0 / M)) is <= mt.
+    int rank;
+    if (dq_rotate) {
+      const int k = min(n_blocks - 1, mt / dq_rotate);
+      rank = nb <= k ? k - nb : k + n_blocks - nb;
+    } else {
+      rank = (p.causal ? min(n_blocks - 1, ((mt + 1) * M - 1) / N) : n_blocks - 1) - nb;
+    }
     const int* c = order_counter(dq_h, dq_m0);
-    while (load_acquire(c) < first - nb) {
+    while (load_acquire(c) < rank) {
     }
     fence_async_global();  // the counter read before our reduce
   };
@@ -286,7 +304,7 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
 
   for (int st = 0; it < total; st ^= 1) {
     const int h = hkv * group + it / nm;
-    const int m0 = (m_begin + it % nm) * M;
+    const int m0 = m_tile(it) * M;
     cp_async_wait<0>();
     cutlass::arch::fence_view_async_shared();  // cp.async / st.shared -> wgmma reads
     if constexpr (Traits::kDqBulk) {

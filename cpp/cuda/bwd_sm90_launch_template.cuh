@@ -29,6 +29,24 @@ bool sm90_bwd_ready() {
   return sm90_kernel_ready(&bwd_sm90_dkdv_kernel<Traits>, Traits::kSmemBytes, state);
 }
 
+// Deterministic mode, not causal: the stride between the first query tiles
+// of successive key-tile CTAs (the kernel's dq_rotate), or 0 for none. A CTA
+// then may wait for one of lower key tile, which launches after it; so only
+// when a whole row of key tiles fits on half the SMs, which leaves room for
+// it to become resident (else the plain highest-first order, whose waits all
+// point at CTAs launched earlier).
+inline int order_rotation(const BwdParams& p, int block_m, int block_n) {
+  if (p.causal) return 0;
+  const int n_blocks = (p.seqlen_k + block_n - 1) / block_n;
+  const int m_tiles = (p.seqlen_q + block_m - 1) / block_m;
+  if (n_blocks < 2 || n_blocks > m_tiles) return 0;
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    return 0;
+  return 2 * n_blocks <= sms ? m_tiles / n_blocks : 0;
+}
+
 template <class Traits>
 cudaError_t launch_bwd_sm90(const BwdParams& p, BwdLaunchFlags flags, cudaStream_t stream) {
   using Element = typename Traits::Element;
@@ -41,17 +59,19 @@ cudaError_t launch_bwd_sm90(const BwdParams& p, BwdLaunchFlags flags, cudaStream
   float* dsum = reinterpret_cast<float*>(ws);
   float* accum = reinterpret_cast<float*>(ws + bwd_dsum_bytes(p));
   int* order = nullptr;
+  int rotate = 0;
   if (p.deterministic) {
     static_assert(Traits::kBlockM >= kBwdOrderRows);  // the counters cover its query tiles
     order = reinterpret_cast<int*>(ws + bwd_dsum_bytes(p) + bwd_accum_bytes(p, D));
     const cudaError_t err = cudaMemsetAsync(order, 0, bwd_order_bytes(p, D), stream);
     if (err != cudaSuccess) return err;
+    rotate = order_rotation(p, Traits::kBlockM, Traits::kBlockN);
   }
   if (rows > 0) bwd::bwd_preprocess_kernel<Element><<<bwd::rows_grid(rows), 256, 0, stream>>>(p, dsum, accum, D);
   if (p.seqlen_k > 0) {
     const dim3 grid((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN, p.heads_kv, p.batch);
     bwd_sm90_dkdv_kernel<Traits><<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(
-        p, dsum, accum, order, flags.pair_ok);
+        p, dsum, accum, order, rotate, flags.pair_ok);
   }
   if (rows > 0) bwd::bwd_dq_convert_kernel<Element><<<bwd::rows_grid(rows), 256, 0, stream>>>(p, accum, D);
   return cudaGetLastError();
