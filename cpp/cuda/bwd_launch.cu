@@ -84,7 +84,20 @@ cudaError_t run_bwd(const BwdParams& p, cudaStream_t stream) {
   // is faster than dQ atomics (the fused kernel runs out of registers): use
   // it for atomic mode too. Its workspace need is a subset of atomic mode's.
   BwdParams q = p;
-  if (kernel_head_dim(p) >= kSplitFromHeadDim) q.deterministic = true;
+  if (kernel_head_dim(p) >= kSplitFromHeadDim && !p.deterministic) {
+#if defined(JAX_FLASH_BWD_SM90)
+    // Except where the Hopper wide-head kernel takes atomic mode (plain
+    // attention, head_dim 256 exactly, aligned inputs, cc 9.0): it beats
+    // the pair by ~1.3x (benchmarks/NOTES.md "Hopper backward d256").
+    if (p.plain_mask() && kernel_head_dim(p) == 256) {
+      const cudaError_t err = p.dtype == DType::kFloat16
+                                  ? run_bwd_sm90_wide_hdim<DType::kFloat16, 256>(p, f, stream)
+                                  : run_bwd_sm90_wide_hdim<DType::kBFloat16, 256>(p, f, stream);
+      if (err != cudaErrorNotSupported) return err;
+    }
+#endif
+    q.deterministic = true;
+  }
   return q.dtype == DType::kFloat16 ? dispatch_bwd<DType::kFloat16>(q, f, stream)
                                     : dispatch_bwd<DType::kBFloat16>(q, f, stream);
 }

@@ -56,10 +56,18 @@ __device__ __forceinline__ void red_add_f32x2(float* gmem, float a, float b) {
 // before dK += dS^T Q; the atomics of each half run while the later
 // batches are still on the tensor cores (else one dQ batch after dK, and
 // the atomics after everything has landed).
-template <int kHeadDim_, typename Element_, bool kDqSplit_ = true>
+// kLoads: where the next step's Q, dO, lse and D cp.async loads are issued:
+//   0  by all threads at the top of the step, before the S^T / dP^T wgmmas
+//   1  by all threads right behind those wgmmas (before waiting on them)
+//   2  by warpgroup 1 alone, behind its dP^T wgmma: warpgroup 1 then has
+//      nothing to do until warpgroup 0 has turned S^T into P^T anyway
+// kDiagNoDq: timing experiments only (wrong dQ): no dQ atomics.
+template <int kHeadDim_, typename Element_, bool kDqSplit_ = true, int kLoads_ = 0, bool kDiagNoDq_ = false>
 struct BwdSm90WideTraits {
+  static constexpr bool kDiagNoDq = kDiagNoDq_;
   using Element = Element_;
   static constexpr bool kDqSplit = kDqSplit_;
+  static constexpr int kLoads = kLoads_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = 64;  // query rows per step
   static constexpr int kBlockN = 64;  // keys per CTA
@@ -118,6 +126,7 @@ struct BwdSm90WideTraits {
   static_assert(kSmemBytes <= 227 * 1024);
 
   using GmemCopyIn = typename fwd::GmemTileCopies<Element, kHeadDim, kNThreads>::In;
+  using GmemCopyIn128 = typename fwd::GmemTileCopies<Element, kHeadDim, 128>::In;  // kLoads == 2
   using SmemCopyAtomP = Copy_Atom<UniversalCopy<uint32_t>, Element>;
 };
 
@@ -162,7 +171,6 @@ bwd_sm90_wide_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __re
   // ---- gmem -> smem ----
   typename Traits::GmemCopyIn gcopy;
   auto gthr = gcopy.get_thread_slice(tid);
-  Tensor cQ = gthr.partition_S(make_identity_tensor(Shape<Int<M>, Int<D>>{}));
   Tensor cK = gthr.partition_S(make_identity_tensor(Shape<Int<N>, Int<D>>{}));
   {
     const Element* kp = static_cast<const Element*>(p.k) + b * p.k_batch_stride +
@@ -174,8 +182,11 @@ bwd_sm90_wide_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __re
     fwd::load_tile<true, true>(gcopy, gthr.partition_S(gK), gthr.partition_D(sK), cK, Sk - n0, D);
     fwd::load_tile<true, true>(gcopy, gthr.partition_S(gV), gthr.partition_D(sV), cK, Sk - n0, D);
   }
-  // Q, dO, lse, D of iteration `it` into stage `st`.
-  auto issue = [&](int it, int st) {
+  // Q, dO, lse, D of iteration `it` into stage `st`, by the threads of
+  // `gc` (t: the thread's index among them, >= 2 M of them).
+  auto issue_by = [&](auto const& gc, int t, int it, int st) {
+    auto gt = gc.get_thread_slice(t);
+    Tensor cQt = gt.partition_S(make_identity_tensor(Shape<Int<M>, Int<D>>{}));
     const int h = hkv * group + it / nm;
     const int m0 = (m_begin + it % nm) * M;
     const Element* qp = static_cast<const Element*>(p.q) + b * p.q_batch_stride +
@@ -184,17 +195,18 @@ bwd_sm90_wide_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __re
                         int64_t(m0) * p.do_row_stride + h * p.do_head_stride;
     Tensor gQ = make_tensor(make_gmem_ptr(qp), Shape<Int<M>, Int<D>>{}, make_stride(p.q_row_stride, _1{}));
     Tensor gdO = make_tensor(make_gmem_ptr(dp), Shape<Int<M>, Int<D>>{}, make_stride(p.do_row_stride, _1{}));
-    fwd::load_tile<true, true>(gcopy, gthr.partition_S(gQ), gthr.partition_D(sQ(_, _, st)), cQ, Sq - m0, D);
-    fwd::load_tile<true, true>(gcopy, gthr.partition_S(gdO), gthr.partition_D(sdO(_, _, st)), cQ, Sq - m0, D);
+    fwd::load_tile<true, true>(gc, gt.partition_S(gQ), gt.partition_D(sQ(_, _, st)), cQt, Sq - m0, D);
+    fwd::load_tile<true, true>(gc, gt.partition_S(gdO), gt.partition_D(sdO(_, _, st)), cQt, Sq - m0, D);
     const int64_t row_base = (int64_t(b) * p.heads_q + h) * Sq + m0;
-    if (tid < 2 * M) {
-      const int r = tid % M;
+    if (t < 2 * M) {
+      const int r = t % M;
       const bool valid = m0 + r < Sq;
-      const float* src = tid < M ? p.lse : dsum;
-      float* dst = tid < M ? &smem.lse[st][r] : &smem.dsum[st][r];
+      const float* src = t < M ? p.lse : dsum;
+      float* dst = t < M ? &smem.lse[st][r] : &smem.dsum[st][r];
       bwd::cp_async4(dst, src + (valid ? row_base + r : 0), valid);
     }
   };
+  auto issue = [&](int it, int st) { issue_by(gcopy, tid, it, st); };
   int it = 0;
   if (it < total) issue(it, 0);
   cp_async_fence();  // group: K, V, first Q tile
@@ -253,14 +265,24 @@ bwd_sm90_wide_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __re
     cp_async_wait<0>();
     cutlass::arch::fence_view_async_shared();  // cp.async -> wgmma reads
     __syncthreads();  // tile `it` landed; every wgmma of the previous step is done
-    if (it + 1 < total) issue(it + 1, st ^ 1);
-    cp_async_fence();
+    auto loads = [&]() {
+      if (it + 1 < total) issue(it + 1, st ^ 1);
+      cp_async_fence();
+    };
+    if constexpr (Traits::kLoads == 0) loads();
 
     AccS acc;  // S^T (warpgroup 0) or dP^T (warpgroup 1)
     if (wg == 0)
       fwd::wgmma_issue<true, false>(mma_sdp, tSrK, tSrQ(_, _, _, st), acc);
     else
       fwd::wgmma_issue<true, false>(mma_sdp, tSrV, tSrdO(_, _, _, st), acc);
+    if constexpr (Traits::kLoads == 1) loads();
+    if constexpr (Traits::kLoads == 2) {
+      if (wg == 1) {
+        if (it + 1 < total) issue_by(typename Traits::GmemCopyIn128{}, wtid, it + 1, st ^ 1);
+        cp_async_fence();
+      }
+    }
     warpgroup_wait<0>();
     warpgroup_fence_operand(acc);
     // Columns are queries: lse and D vary along columns.
@@ -320,6 +342,13 @@ bwd_sm90_wide_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __re
       // Opaque to the optimiser: else base + literal is split into a
       // loop-invariant part that ptxas hoists (and spills) per element.
       asm volatile("" : "+l"(base));
+      if constexpr (Traits::kDiagNoDq) {  // keep the values live, write nothing
+        float t = 0.f;
+#pragma unroll
+        for (int i = 0; i < size(acc_dq); ++i) t += acc_dq(i);
+        if (t == 12345.f) *base = t;
+        return;
+      }
       const bool row_lo = m0 + r0 < Sq, row_hi = m0 + r0 + 8 < Sq;
 #pragma unroll
       for (int j = 0; j < kCols / 8; ++j) {

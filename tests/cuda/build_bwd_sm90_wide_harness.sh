@@ -2,7 +2,7 @@
 # Build tests/cuda/bwd_sm90_wide_harness (sm_90a only) into $BUILD (default
 # build/bwd90w): the d256 SM80 backward units (fallback, deterministic mode,
 # timing baseline), the d256 sm90 backward units, the d256 bf16 sm90 forward
-# (fwd+bwd timing), bwd_sm90_wide_alt.cu and the harness. JOBS parallel nvcc. Objects are rebuilt
+# (fwd+bwd timing), the bwd_sm90_wide_alt_*.cu configurations and the harness. JOBS parallel nvcc. Objects are rebuilt
 # only when their .cu is newer: FORCE=1 after header edits.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -14,7 +14,8 @@ FLAGS="-O3 -std=c++17 --expt-relaxed-constexpr --use_fast_math $GENCODE -I cpp -
 mkdir -p "$BUILD"
 srcs="cpp/cuda/instantiations/bwd_sm90_hdim256_bf16.cu cpp/cuda/instantiations/bwd_sm90_hdim256_fp16.cu
 cpp/cuda/instantiations/bwd_hdim256_bf16.cu cpp/cuda/instantiations/bwd_hdim256_fp16.cu
-cpp/cuda/instantiations/fwd_sm90_hdim256_bf16.cu tests/cuda/bwd_sm90_wide_alt.cu"
+cpp/cuda/instantiations/fwd_sm90_hdim256_bf16.cu tests/cuda/bwd_sm90_wide_alt_nosplit.cu
+tests/cuda/bwd_sm90_wide_alt_late.cu tests/cuda/bwd_sm90_wide_alt_wg1loads.cu tests/cuda/bwd_sm90_wide_alt_nodq.cu"
 export FLAGS BUILD
 printf '%s\n' $srcs | xargs -P "$JOBS" -I{} sh -c \
   'o="$BUILD/$(basename {} .cu).o"; if [ ! -f "$o" ] || [ {} -nt "$o" ] || [ -n "${FORCE:-}" ]; then t0=$(date +%s); nvcc $FLAGS -Xptxas -v -c {} -o "$o" > "$BUILD/$(basename {} .cu).ptxas.log" 2>&1 || { cat "$BUILD/$(basename {} .cu).ptxas.log"; exit 255; }; echo "compiled $(basename {} .cu) in $(( $(date +%s) - t0 )) s"; fi'

@@ -19,12 +19,18 @@
 #include "cuda/bwd_dispatch.h"
 #include "cuda/fwd_dispatch.h"
 
+// bwd_sm90_wide_alt_*.cu
 cudaError_t bwd_sm90_d256_nosplit(const jax_flash::BwdParams& p, jax_flash::cuda::BwdLaunchFlags f, cudaStream_t s);
+cudaError_t bwd_sm90_d256_late(const jax_flash::BwdParams& p, jax_flash::cuda::BwdLaunchFlags f, cudaStream_t s);
+cudaError_t bwd_sm90_d256_wg1loads(const jax_flash::BwdParams& p, jax_flash::cuda::BwdLaunchFlags f, cudaStream_t s);
+cudaError_t bwd_sm90_d256_nodq(const jax_flash::BwdParams& p, jax_flash::cuda::BwdLaunchFlags f, cudaStream_t s);
+static const char* const kAltNames[] = {"default", "nosplit", "late", "wg1loads", "nodq"};
+constexpr int kNumAlts = 5;
 
 namespace jax_flash::cuda {
 
 static bool g_sm90 = true;
-static bool g_nosplit = false;  // bwd_sm90_wide_alt.cu's kDqSplit-off kernel  // atomic mode on the sm90 kernel (else SM80)
+static int g_alt = 0;  // index into kAltNames  // atomic mode on the sm90 kernel (else SM80)
 static long g_sm90_runs = 0, g_fallbacks = 0;
 constexpr int kD = 256;
 
@@ -50,7 +56,10 @@ cudaError_t run_bwd_hook(const BwdParams& p, cudaStream_t s) {
     f.pair_ok = f.pair_ok && x % 2 == 0;
   const bool fp16 = p.dtype == DType::kFloat16;
   if (g_sm90 && !p.deterministic) {
-    cudaError_t e = g_nosplit ? bwd_sm90_d256_nosplit(p, f, s)
+    cudaError_t e = g_alt == 1 ? bwd_sm90_d256_nosplit(p, f, s)
+                    : g_alt == 2 ? bwd_sm90_d256_late(p, f, s)
+                    : g_alt == 3 ? bwd_sm90_d256_wg1loads(p, f, s)
+                    : g_alt == 4 ? bwd_sm90_d256_nodq(p, f, s)
                     : fp16    ? run_bwd_sm90_wide_hdim<DType::kFloat16, kD>(p, f, s)
                               : run_bwd_sm90_wide_hdim<DType::kBFloat16, kD>(p, f, s);
     if (e != cudaErrorNotSupported) {
@@ -123,10 +132,14 @@ static int bench_d256(const std::vector<int>& seqs) {
   constexpr int D = jax_flash::cuda::kD;
   std::printf("bf16 d256, 16k tokens, hidden 2048 (8 heads); kernel times (events, 10 reps)\n");
   std::printf("bwd = preprocess + dK/dV(+dQ atomics) + dQ convert; fwd = sm90 forward; TF = TFLOP/s\n");
-  std::printf("sm90 = default (dQ split in two batches before dK); nosplit = one dQ batch after dK\n");
-  std::printf("%6s %5s %4s %9s %8s %9s %8s %7s %8s %8s %8s %8s %11s %11s\n", "seqlen", "batch", "caus",
-              "sm80_ms", "sm80_TF", "sm90_ms", "sm90_TF", "speedup", "nspl_ms", "nspl_TF", "fwd_ms", "fwd_TF",
-              "fb_sm80_TF", "fb_sm90_TF");
+  std::printf("sm80 = SM80 fused atomic kernel; pair = SM80 atomic-free pair (what run_bwd ran at d256);\n"
+              "sm90 = default (dQ in two half batches before dK, loads at the step top); TF of the\n"
+              "alternatives: nosplit (one dQ batch after dK), late (loads behind the S/dP wgmmas),\n"
+              "wg1 (loads by warpgroup 1 behind its dP wgmma), nodq (default without the dQ atomics:\n"
+              "timing only, dQ wrong); fb = fwd+bwd TF with the pair / sm90\n");
+  std::printf("%6s %5s %4s %8s %8s %8s %8s %8s %7s %7s %7s %7s %7s %8s %8s %8s %8s\n", "seqlen", "batch", "caus",
+              "sm80_TF", "pair_ms", "pair_TF", "sm90_ms", "sm90_TF", "x_pair", "nspl_TF", "late_TF", "wg1_TF", "nodq_TF",
+              "fwd_ms", "fwd_TF", "fb_pair", "fb_sm90");
   for (int S : seqs)
     for (int causal = 0; causal < 2; ++causal) {
       const int H = 2048 / D, B = 16384 / S;
@@ -146,9 +159,16 @@ static int bench_d256(const std::vector<int>& seqs) {
       jax_flash::cuda::g_sm90 = true;
       const long before = jax_flash::cuda::g_fallbacks;
       const double t90 = time_ms(bwd, 10);
-      jax_flash::cuda::g_nosplit = true;
-      const double tns = time_ms(bwd, 10);
-      jax_flash::cuda::g_nosplit = false;
+      double talt[kNumAlts] = {t90};
+      for (int a = 1; a < kNumAlts; ++a) {
+        jax_flash::cuda::g_alt = a;
+        talt[a] = time_ms(bwd, 10);
+      }
+      jax_flash::cuda::g_alt = 0;
+      // The production SM80 d256 backward: atomic mode runs the atomic-free
+      // pair there (bwd_launch.cu, kSplitFromHeadDim).
+      BwdParams bpd = make_params(p, true);
+      const double tpair = time_ms([&]() { return jax_flash::cuda::run_bwd_hook(bpd, 0); }, 10);
       // Forward on the same buffers (writes o and lse; the backward above
       // has already run on them).
       jax_flash::FwdParams fp;
@@ -165,10 +185,11 @@ static int bench_d256(const std::vector<int>& seqs) {
       const double tf = time_ms(fwd, 10);
       const double fflops = 4.0 * double(S) * S * D * H * B / (causal ? 2.0 : 1.0);
       const double bflops = 2.5 * fflops;
-      std::printf("%6d %5d %4d %9.3f %8.1f %9.3f %8.1f %7.3f %8.3f %8.1f %8.3f %8.1f %11.1f %11.1f%s\n", S, B,
-                  causal, t80, bflops / t80 / 1e9, t90, bflops / t90 / 1e9, t80 / t90, tns, bflops / tns / 1e9, tf,
+      std::printf("%6d %5d %4d %8.1f %8.3f %8.1f %8.3f %8.1f %7.3f %7.1f %7.1f %7.1f %7.1f %8.3f %8.1f %8.1f %8.1f%s\n", S,
+                  B, causal, bflops / t80 / 1e9, tpair, bflops / tpair / 1e9, t90, bflops / t90 / 1e9, tpair / t90,
+                  bflops / talt[1] / 1e9, bflops / talt[2] / 1e9, bflops / talt[3] / 1e9, bflops / talt[4] / 1e9, tf,
                   fflops / tf / 1e9,
-                  (fflops + bflops) / (tf + t80) / 1e9, (fflops + bflops) / (tf + t90) / 1e9,
+                  (fflops + bflops) / (tf + tpair) / 1e9, (fflops + bflops) / (tf + t90) / 1e9,
                   jax_flash::cuda::g_fallbacks != before ? "  (FELL BACK)" : "");
       std::fflush(stdout);
       free_problem(p);
@@ -179,7 +200,9 @@ static int bench_d256(const std::vector<int>& seqs) {
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "test";
   if (mode == "test") {
-    jax_flash::cuda::g_nosplit = argc > 2 && std::string(argv[2]) == "nosplit";
+    for (int a = 0; a < kNumAlts; ++a)
+      if (argc > 2 && std::string(argv[2]) == kAltNames[a]) jax_flash::cuda::g_alt = a;
+    std::printf("configuration: %s\n", kAltNames[jax_flash::cuda::g_alt]);
     return test_d256();
   }
   if (mode == "bench") return bench_d256({1024, 2048, 4096, 8192, 16384});
