@@ -51,6 +51,11 @@ using namespace cute;
 __device__ __forceinline__ void red_add_f32x2(float* gmem, float a, float b) {
   asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(gmem), "f"(a), "f"(b) : "memory");
 }
+// global += (a, b, c, d), 16 B aligned.
+__device__ __forceinline__ void red_add_f32x4(float* gmem, float a, float b, float c, float d) {
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(gmem), "f"(a), "f"(b), "f"(c), "f"(d)
+               : "memory");
+}
 
 // kDqSplit: dQ as two wgmma batches of half the head dim each, issued
 // before dK += dS^T Q; the atomics of each half run while the later
@@ -61,9 +66,17 @@ __device__ __forceinline__ void red_add_f32x2(float* gmem, float a, float b) {
 //   1  by all threads right behind those wgmmas (before waiting on them)
 //   2  by warpgroup 1 alone, behind its dP^T wgmma: warpgroup 1 then has
 //      nothing to do until warpgroup 0 has turned S^T into P^T anyway
+// kStagger: key tile nb starts its sweep over the (head, query tile) steps
+// at step nb mod total (and wraps), so the CTAs running side by side add
+// into different dQ tiles rather than all into the same one at once.
+// kRedV4: 16 B dQ atomics (lane pairs swap half their values so that each
+// thread holds 4 adjacent columns of one row) instead of 8 B ones.
 // kDiagNoDq: timing experiments only (wrong dQ): no dQ atomics.
-template <int kHeadDim_, typename Element_, bool kDqSplit_ = true, int kLoads_ = 0, bool kDiagNoDq_ = false>
+template <int kHeadDim_, typename Element_, bool kDqSplit_ = true, int kLoads_ = 2, bool kStagger_ = true,
+          bool kDiagNoDq_ = false, bool kRedV4_ = false>
 struct BwdSm90WideTraits {
+  static constexpr bool kRedV4 = kRedV4_;
+  static constexpr bool kStagger = kStagger_;
   static constexpr bool kDiagNoDq = kDiagNoDq_;
   using Element = Element_;
   static constexpr bool kDqSplit = kDqSplit_;
@@ -156,6 +169,9 @@ bwd_sm90_wide_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __re
   const int m_end = (Sq + M - 1) / M;
   const int nm = m_end > m_begin ? m_end - m_begin : 0;
   const int total = group * nm;
+  // Step `it` of this CTA -> (head, query tile) index, kStagger rotated.
+  const int it0 = Traits::kStagger && total > 0 ? nb % total : 0;
+  auto step_index = [&](int it) { return it + it0 < total ? it + it0 : it + it0 - total; };
 
   Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
   Tensor sQt = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQt{});
@@ -187,8 +203,9 @@ bwd_sm90_wide_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __re
   auto issue_by = [&](auto const& gc, int t, int it, int st) {
     auto gt = gc.get_thread_slice(t);
     Tensor cQt = gt.partition_S(make_identity_tensor(Shape<Int<M>, Int<D>>{}));
-    const int h = hkv * group + it / nm;
-    const int m0 = (m_begin + it % nm) * M;
+    const int x = step_index(it);
+    const int h = hkv * group + x / nm;
+    const int m0 = (m_begin + x % nm) * M;
     const Element* qp = static_cast<const Element*>(p.q) + b * p.q_batch_stride +
                         int64_t(m0) * p.q_row_stride + h * p.q_head_stride;
     const Element* dp = static_cast<const Element*>(p.dout) + b * p.do_batch_stride +
@@ -260,8 +277,9 @@ bwd_sm90_wide_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __re
   static_assert(decltype(size<1>(AccS{}))::value == 1 && decltype(size<2>(AccS{}))::value == 1);
 
   for (int st = 0; it < total; st ^= 1) {
-    const int h = hkv * group + it / nm;
-    const int m0 = (m_begin + it % nm) * M;
+    const int x = step_index(it);
+    const int h = hkv * group + x / nm;
+    const int m0 = (m_begin + x % nm) * M;
     cp_async_wait<0>();
     cutlass::arch::fence_view_async_shared();  // cp.async -> wgmma reads
     __syncthreads();  // tile `it` landed; every wgmma of the previous step is done
@@ -339,6 +357,10 @@ bwd_sm90_wide_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __re
       constexpr int kCols = decltype(size(acc_dq))::value / 4 * 8;  // per warpgroup
       const int r0 = get<0>(coords(0)), c0 = get<1>(coords(0)) + col_off;
       float* base = dq_accum + ((int64_t(b) * p.heads_q + h) * Sq + m0 + r0) * D + c0;
+      const bool odd = (tid & 1) != 0;  // the lane's column pair is 8 j + 2 (lane % 4)
+      // kRedV4: even lanes add 4 columns of row r0 from their own column,
+      // odd lanes 4 columns of row r0 + 8 from their partner's.
+      if constexpr (Traits::kRedV4) base += odd ? 8 * D - 2 : 0;
       // Opaque to the optimiser: else base + literal is split into a
       // loop-invariant part that ptxas hoists (and spills) per element.
       asm volatile("" : "+l"(base));
@@ -350,6 +372,24 @@ bwd_sm90_wide_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __re
         return;
       }
       const bool row_lo = m0 + r0 < Sq, row_hi = m0 + r0 + 8 < Sq;
+      if constexpr (Traits::kRedV4) {
+        const bool row_ok = odd ? row_hi : row_lo;
+#pragma unroll
+        for (int j = 0; j < kCols / 8; ++j) {
+          // Send the pair the partner lane keeps: row r0 + 8 from even, r0 from odd.
+          const float s0 = odd ? acc_dq(4 * j) : acc_dq(4 * j + 2);
+          const float s1 = odd ? acc_dq(4 * j + 1) : acc_dq(4 * j + 3);
+          const float g0 = __shfl_xor_sync(0xffffffffu, s0, 1);
+          const float g1 = __shfl_xor_sync(0xffffffffu, s1, 1);
+          if (row_ok) {
+            if (odd)
+              red_add_f32x4(base + 8 * j, g0, g1, acc_dq(4 * j + 2), acc_dq(4 * j + 3));
+            else
+              red_add_f32x4(base + 8 * j, acc_dq(4 * j), acc_dq(4 * j + 1), g0, g1);
+          }
+        }
+        return;
+      }
 #pragma unroll
       for (int j = 0; j < kCols / 8; ++j) {
         if (row_lo) red_add_f32x2(base + 8 * j, acc_dq(4 * j), acc_dq(4 * j + 1));

@@ -15,7 +15,8 @@ mkdir -p "$BUILD"
 srcs="cpp/cuda/instantiations/bwd_sm90_hdim256_bf16.cu cpp/cuda/instantiations/bwd_sm90_hdim256_fp16.cu
 cpp/cuda/instantiations/bwd_hdim256_bf16.cu cpp/cuda/instantiations/bwd_hdim256_fp16.cu
 cpp/cuda/instantiations/fwd_sm90_hdim256_bf16.cu tests/cuda/bwd_sm90_wide_alt_nosplit.cu
-tests/cuda/bwd_sm90_wide_alt_late.cu tests/cuda/bwd_sm90_wide_alt_wg1loads.cu tests/cuda/bwd_sm90_wide_alt_nodq.cu"
+tests/cuda/bwd_sm90_wide_alt_nostagger.cu tests/cuda/bwd_sm90_wide_alt_loads0.cu tests/cuda/bwd_sm90_wide_alt_nodq.cu
+tests/cuda/bwd_sm90_wide_alt_v4.cu"
 export FLAGS BUILD
 printf '%s\n' $srcs | xargs -P "$JOBS" -I{} sh -c \
   'o="$BUILD/$(basename {} .cu).o"; if [ ! -f "$o" ] || [ {} -nt "$o" ] || [ -n "${FORCE:-}" ]; then t0=$(date +%s); nvcc $FLAGS -Xptxas -v -c {} -o "$o" > "$BUILD/$(basename {} .cu).ptxas.log" 2>&1 || { cat "$BUILD/$(basename {} .cu).ptxas.log"; exit 255; }; echo "compiled $(basename {} .cu) in $(( $(date +%s) - t0 )) s"; fi'

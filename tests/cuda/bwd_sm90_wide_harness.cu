@@ -21,11 +21,12 @@
 
 // bwd_sm90_wide_alt_*.cu
 cudaError_t bwd_sm90_d256_nosplit(const jax_flash::BwdParams& p, jax_flash::cuda::BwdLaunchFlags f, cudaStream_t s);
-cudaError_t bwd_sm90_d256_late(const jax_flash::BwdParams& p, jax_flash::cuda::BwdLaunchFlags f, cudaStream_t s);
-cudaError_t bwd_sm90_d256_wg1loads(const jax_flash::BwdParams& p, jax_flash::cuda::BwdLaunchFlags f, cudaStream_t s);
+cudaError_t bwd_sm90_d256_nostagger(const jax_flash::BwdParams& p, jax_flash::cuda::BwdLaunchFlags f, cudaStream_t s);
+cudaError_t bwd_sm90_d256_loads0(const jax_flash::BwdParams& p, jax_flash::cuda::BwdLaunchFlags f, cudaStream_t s);
 cudaError_t bwd_sm90_d256_nodq(const jax_flash::BwdParams& p, jax_flash::cuda::BwdLaunchFlags f, cudaStream_t s);
-static const char* const kAltNames[] = {"default", "nosplit", "late", "wg1loads", "nodq"};
-constexpr int kNumAlts = 5;
+cudaError_t bwd_sm90_d256_v4(const jax_flash::BwdParams& p, jax_flash::cuda::BwdLaunchFlags f, cudaStream_t s);
+static const char* const kAltNames[] = {"default", "nosplit", "nostagger", "loads0", "nodq", "v4"};
+constexpr int kNumAlts = 6;
 
 namespace jax_flash::cuda {
 
@@ -57,9 +58,10 @@ cudaError_t run_bwd_hook(const BwdParams& p, cudaStream_t s) {
   const bool fp16 = p.dtype == DType::kFloat16;
   if (g_sm90 && !p.deterministic) {
     cudaError_t e = g_alt == 1 ? bwd_sm90_d256_nosplit(p, f, s)
-                    : g_alt == 2 ? bwd_sm90_d256_late(p, f, s)
-                    : g_alt == 3 ? bwd_sm90_d256_wg1loads(p, f, s)
+                    : g_alt == 2 ? bwd_sm90_d256_nostagger(p, f, s)
+                    : g_alt == 3 ? bwd_sm90_d256_loads0(p, f, s)
                     : g_alt == 4 ? bwd_sm90_d256_nodq(p, f, s)
+                    : g_alt == 5 ? bwd_sm90_d256_v4(p, f, s)
                     : fp16    ? run_bwd_sm90_wide_hdim<DType::kFloat16, kD>(p, f, s)
                               : run_bwd_sm90_wide_hdim<DType::kBFloat16, kD>(p, f, s);
     if (e != cudaErrorNotSupported) {
@@ -133,12 +135,14 @@ static int bench_d256(const std::vector<int>& seqs) {
   std::printf("bf16 d256, 16k tokens, hidden 2048 (8 heads); kernel times (events, 10 reps)\n");
   std::printf("bwd = preprocess + dK/dV(+dQ atomics) + dQ convert; fwd = sm90 forward; TF = TFLOP/s\n");
   std::printf("sm80 = SM80 fused atomic kernel; pair = SM80 atomic-free pair (what run_bwd ran at d256);\n"
-              "sm90 = default (dQ in two half batches before dK, loads at the step top); TF of the\n"
-              "alternatives: nosplit (one dQ batch after dK), late (loads behind the S/dP wgmmas),\n"
-              "wg1 (loads by warpgroup 1 behind its dP wgmma), nodq (default without the dQ atomics:\n"
-              "timing only, dQ wrong); fb = fwd+bwd TF with the pair / sm90\n");
-  std::printf("%6s %5s %4s %8s %8s %8s %8s %8s %7s %7s %7s %7s %7s %8s %8s %8s %8s\n", "seqlen", "batch", "caus",
-              "sm80_TF", "pair_ms", "pair_TF", "sm90_ms", "sm90_TF", "x_pair", "nspl_TF", "late_TF", "wg1_TF", "nodq_TF",
+              "sm90 = default (dQ in two half batches before dK, loads by warpgroup 1 behind its dP\n"
+              "wgmma, staggered step order); TF of the alternatives (each the default with one\n"
+              "change): nosplit (one dQ batch after dK), nostag (every CTA from step 0), lds0 (loads\n"
+              "by all threads at the step top), nodq (no dQ atomics: timing only, dQ wrong), v4\n"
+              "(16 B dQ atomics);\n"
+              "fb = fwd+bwd TF with the pair / sm90\n");
+  std::printf("%6s %5s %4s %8s %8s %8s %8s %8s %7s %7s %7s %7s %7s %7s %8s %8s %8s %8s\n", "seqlen", "batch", "caus",
+              "sm80_TF", "pair_ms", "pair_TF", "sm90_ms", "sm90_TF", "x_pair", "nspl_TF", "nostag", "lds0_TF", "nodq_TF", "v4_TF",
               "fwd_ms", "fwd_TF", "fb_pair", "fb_sm90");
   for (int S : seqs)
     for (int causal = 0; causal < 2; ++causal) {
@@ -185,9 +189,10 @@ static int bench_d256(const std::vector<int>& seqs) {
       const double tf = time_ms(fwd, 10);
       const double fflops = 4.0 * double(S) * S * D * H * B / (causal ? 2.0 : 1.0);
       const double bflops = 2.5 * fflops;
-      std::printf("%6d %5d %4d %8.1f %8.3f %8.1f %8.3f %8.1f %7.3f %7.1f %7.1f %7.1f %7.1f %8.3f %8.1f %8.1f %8.1f%s\n", S,
+      std::printf("%6d %5d %4d %8.1f %8.3f %8.1f %8.3f %8.1f %7.3f %7.1f %7.1f %7.1f %7.1f %7.1f %8.3f %8.1f %8.1f %8.1f%s\n", S,
                   B, causal, bflops / t80 / 1e9, tpair, bflops / tpair / 1e9, t90, bflops / t90 / 1e9, tpair / t90,
-                  bflops / talt[1] / 1e9, bflops / talt[2] / 1e9, bflops / talt[3] / 1e9, bflops / talt[4] / 1e9, tf,
+                  bflops / talt[1] / 1e9, bflops / talt[2] / 1e9, bflops / talt[3] / 1e9, bflops / talt[4] / 1e9,
+                  bflops / talt[5] / 1e9, tf,
                   fflops / tf / 1e9,
                   (fflops + bflops) / (tf + tpair) / 1e9, (fflops + bflops) / (tf + t90) / 1e9,
                   jax_flash::cuda::g_fallbacks != before ? "  (FELL BACK)" : "");
