@@ -36,6 +36,11 @@ cudaError_t run_bwd_varm_hdim(const BwdParams& params, BwdLaunchFlags flags, cud
 template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_sm90_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream);
 
+// Same for head dim 256 (bwd_sm90_wide_kernel.cuh: the warpgroups split the
+// head dim; instantiations/bwd_sm90_hdim256_*.cu).
+template <DType kDType, int kHeadDim>
+cudaError_t run_bwd_sm90_wide_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream);
+
 // Workspace: [dsum: B*Hq*Sq floats][dq accumulator: B*Hq*Sq*kHeadDim floats]
 // [order counters: B*Hq*ceil(Sq/64) ints], each part 256 B aligned. The
 // accumulator is there in atomic mode, and in deterministic mode where the

@@ -39,18 +39,41 @@ BwdLaunchFlags launch_flags(const BwdParams& p) {
   return f;
 }
 
+// At the largest head dims the atomic-free pair (dK/dV kernel + dQ kernel)
+// is faster than dQ atomics (the fused kernel runs out of registers): atomic
+// mode runs it too (its workspace need is a subset of atomic mode's), except
+// where the Hopper wide-head kernel takes atomic mode at 256 (plain
+// attention, head_dim 256 exactly, aligned inputs, cc 9.0, sm_90a build):
+// 1.25-1.44x the pair (benchmarks/NOTES.md "Hopper backward d256").
+template <int D>
+BwdParams for_kernel(const BwdParams& p) {
+  BwdParams q = p;
+  if (D >= kSplitFromHeadDim) q.deterministic = true;
+  return q;
+}
+
 template <DType kDType>
 cudaError_t dispatch_bwd(const BwdParams& p, BwdLaunchFlags f, cudaStream_t s) {
   if (p.plain_mask())
     return dispatch_head_dim(p.head_dim, [&](auto d) {
-      return run_bwd_hdim<kDType, decltype(d)::value>(p, f, s);
+      constexpr int D = decltype(d)::value;
+#if defined(JAX_FLASH_BWD_SM90)
+      if constexpr (D == 256) {
+        if (!p.deterministic) {
+          const cudaError_t err = run_bwd_sm90_wide_hdim<kDType, D>(p, f, s);
+          if (err != cudaErrorNotSupported) return err;
+        }
+      }
+#endif
+      return run_bwd_hdim<kDType, D>(for_kernel<D>(p), f, s);
     });
   // Masks-only variants: no soft-cap, ALiBi or dropout.
   const bool masks = p.softcap == 0.f && p.alibi_slopes == nullptr &&
                      !(p.dropout_rate > 0.f && p.dropout_seed != nullptr);
   return dispatch_head_dim<true>(p.head_dim, [&](auto d) {
-    return masks ? run_bwd_varm_hdim<kDType, decltype(d)::value>(p, f, s)
-                 : run_bwd_var_hdim<kDType, decltype(d)::value>(p, f, s);
+    constexpr int D = decltype(d)::value;
+    return masks ? run_bwd_varm_hdim<kDType, D>(for_kernel<D>(p), f, s)
+                 : run_bwd_var_hdim<kDType, D>(for_kernel<D>(p), f, s);
   });
 }
 
@@ -80,13 +103,8 @@ cudaError_t run_bwd(const BwdParams& p, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   if (p.seqlen_k > 0 && (!p.k || !p.v || !p.dk || !p.dv)) return cudaErrorInvalidValue;
   const BwdLaunchFlags f = launch_flags(p);
-  // At the largest head dims the atomic-free pair (dK/dV kernel + dQ kernel)
-  // is faster than dQ atomics (the fused kernel runs out of registers): use
-  // it for atomic mode too. Its workspace need is a subset of atomic mode's.
-  BwdParams q = p;
-  if (kernel_head_dim(p) >= kSplitFromHeadDim) q.deterministic = true;
-  return q.dtype == DType::kFloat16 ? dispatch_bwd<DType::kFloat16>(q, f, stream)
-                                    : dispatch_bwd<DType::kBFloat16>(q, f, stream);
+  return p.dtype == DType::kFloat16 ? dispatch_bwd<DType::kFloat16>(p, f, stream)
+                                    : dispatch_bwd<DType::kBFloat16>(p, f, stream);
 }
 
 }  // namespace jax_flash::cuda

@@ -114,9 +114,13 @@ template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream) {
 #if defined(JAX_FLASH_BWD_SM90)
   // Built with sm_90a (bwd_sm90_*.cu units): the wgmma dK/dV kernel where it
-  // applies (its dK and dV accumulators do not fit in registers at 256).
+  // applies; at 256 the wide-head kernel (the warpgroups split the head dim;
+  // run_bwd tries it before it turns atomic mode into the SM80 pair there).
   if constexpr (kHeadDim == 64 || kHeadDim == 128) {
     const cudaError_t err = run_bwd_sm90_hdim<kDType, kHeadDim>(params, flags, stream);
+    if (err != cudaErrorNotSupported) return err;
+  } else if constexpr (kHeadDim == 256) {
+    const cudaError_t err = run_bwd_sm90_wide_hdim<kDType, kHeadDim>(params, flags, stream);
     if (err != cudaErrorNotSupported) return err;
   }
 #endif

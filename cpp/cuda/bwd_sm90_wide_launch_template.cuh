@@ -1,0 +1,55 @@
+// Host side of the Hopper (wgmma) wide-head backward (bwd_sm90_wide_kernel.cuh):
+// availability check, smem opt-in, launch sequence (the SM80 path's
+// preprocess and dQ convert kernels around the sm90 dK/dV kernel). Atomic
+// dQ mode, plain attention, head dim == the instantiated one, 16 B-aligned
+// inputs; anything else answers cudaErrorNotSupported so that the caller
+// falls back to the SM80 kernels. Included only by instantiations/bwd_sm90_hdim256_*.cu.
+#pragma once
+
+#include <atomic>
+#include <type_traits>
+
+#include <cuda_runtime_api.h>
+
+#include "cuda/bwd_launch_template.cuh"  // rows_grid
+#include "cuda/bwd_sm90_wide_kernel.cuh"
+#include "cuda/sm90_ready.h"
+
+namespace jax_flash::cuda {
+
+namespace bwd90 {
+
+template <class Traits>
+cudaError_t launch_bwd_sm90_wide(const BwdParams& p, BwdLaunchFlags flags, cudaStream_t stream) {
+  using Element = typename Traits::Element;
+  constexpr int D = Traits::kHeadDim;
+  if (p.deterministic || !flags.vec_ok || p.head_dim != D) return cudaErrorNotSupported;
+  static std::atomic<unsigned long long> ready{0};
+  if (!sm90_kernel_ready(&bwd_sm90_wide_dkdv_kernel<Traits>, Traits::kSmemBytes, ready))
+    return cudaErrorNotSupported;
+  const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
+  float* dsum = static_cast<float*>(p.workspace);
+  float* accum = reinterpret_cast<float*>(static_cast<char*>(p.workspace) + bwd_dsum_bytes(p));
+  if (rows > 0) bwd::bwd_preprocess_kernel<Element><<<bwd::rows_grid(rows), 256, 0, stream>>>(p, dsum, accum, D);
+  if (p.seqlen_k > 0) {
+    const dim3 grid((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN, p.heads_kv, p.batch);
+    bwd_sm90_wide_dkdv_kernel<Traits><<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(
+        p, dsum, accum, flags.pair_ok);
+  }
+  if (rows > 0) bwd::bwd_dq_convert_kernel<Element><<<bwd::rows_grid(rows), 256, 0, stream>>>(p, accum, D);
+  return cudaGetLastError();
+}
+
+}  // namespace bwd90
+
+template <DType kDType, int kHeadDim>
+cudaError_t run_bwd_sm90_wide_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream) {
+  using Element = std::conditional_t<kDType == DType::kFloat16, cutlass::half_t, cutlass::bfloat16_t>;
+  return bwd90::launch_bwd_sm90_wide<bwd90::BwdSm90WideTraits<kHeadDim, Element>>(params, flags, stream);
+}
+
+}  // namespace jax_flash::cuda
+
+#define JAX_FLASH_INSTANTIATE_BWD_SM90_WIDE(DTYPE, HDIM)                                          \
+  template cudaError_t jax_flash::cuda::run_bwd_sm90_wide_hdim<jax_flash::DType::DTYPE, HDIM>(    \
+      const jax_flash::BwdParams&, jax_flash::cuda::BwdLaunchFlags, cudaStream_t);

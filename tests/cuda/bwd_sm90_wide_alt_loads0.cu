@@ -1,0 +1,13 @@
+// Alternative configuration of the Hopper wide-head backward for the d256
+// harness (bwd_sm90_wide_harness.cu): the default with kLoads = 0 (loads by all threads at the step top)
+// (bwd_sm90_wide_kernel.cuh). bf16 and fp16.
+#include "cuda/bwd_sm90_wide_launch_template.cuh"
+
+using jax_flash::cuda::bwd90::BwdSm90WideTraits;
+using jax_flash::cuda::bwd90::launch_bwd_sm90_wide;
+
+cudaError_t bwd_sm90_d256_loads0(const jax_flash::BwdParams& p, jax_flash::cuda::BwdLaunchFlags f, cudaStream_t s) {
+  if (p.dtype == jax_flash::DType::kFloat16)
+    return launch_bwd_sm90_wide<BwdSm90WideTraits<256, cutlass::half_t, true, 0, true>>(p, f, s);
+  return launch_bwd_sm90_wide<BwdSm90WideTraits<256, cutlass::bfloat16_t, true, 0, true>>(p, f, s);
+}
