@@ -249,11 +249,12 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
   const int rows_left = p.seqlen_q - row0;
   const int head_dim = p.head_dim;
 
-  // Key tiles visited: n_first down to n_stop = 0 (kMasks: tiles below the
-  // lowest visible one, or skipped, are never returned by prev_tile, which
-  // answers -1 when none is left).
+  // Key tiles visited: from the first (plain: n_blocks - 1; kMasks: n_top)
+  // down to n_stop = 0 (kMasks: tiles below the lowest visible one, or
+  // skipped, are never returned by prev_tile, which answers -1 when none is
+  // left). The plain path keeps its original statements (same PTX).
   constexpr bool kMasks = Traits::kMasks;
-  int n_first;
+  [[maybe_unused]] int n_blocks = 0, n_top = -1;
   const int n_stop = 0;
   // (kMasks) The per-CTA values stay in shared memory (MaskScalars): at 128
   // registers a thread (two CTAs per SM) each value held across the key
@@ -264,7 +265,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
     const Variant var(p, batch, head);
     int lo, hi;
     var.template key_tiles<kBlockN>(row0, row0 + kBlockM - 1, lo, hi);
-    n_first = hi;  // stepped down by prev_tile below
+    n_top = hi;  // stepped down by prev_tile below
     int full_lo = 0, full_hi = -1;
     if (row0 + kBlockM <= var.q_len) {
       // Keys [c0, c0 + BN) unmasked for every row: c0 + BN <= kv_len,
@@ -293,12 +294,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
     }
     __syncthreads();
   } else {
-    int n_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
+    n_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
     if (p.causal) {
       const int last_row = min(row0 + kBlockM, p.seqlen_q);  // exclusive
       n_blocks = min(n_blocks, (last_row + kBlockN - 1) / kBlockN);
     }
-    n_first = n_blocks - 1;
   }
   // (kMasks) The next key tile below n to visit, -1 when none: tiles
   // whose segment-id range is disjoint from the query tile's are skipped.
@@ -346,7 +346,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
     return n;
   };
   [[maybe_unused]] bool seg_first = false;
-  if constexpr (kMasks) n_first = prev_tile(n_first, seg_first);
+  if constexpr (kMasks) n_top = prev_tile(n_top, seg_first);
   // (kMasks) Whether tile n needs element masks (band / lengths, or ids).
   [[maybe_unused]] auto needs_mask = [&](int n, bool seg) { return n < ms->full_lo || n > ms->full_hi || seg; };
 
@@ -403,7 +403,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
   const float scale_log2 = pre_scale ? 1.f : args.scale_log2;
 
   if constexpr (!Traits::kOverlap) {
-    int n_block = n_first;
+    int n_block;
+    if constexpr (kMasks) n_block = n_top;
+    else n_block = n_blocks - 1;
     // (kMasks) next tile to visit, found one iteration ahead (under a wgmma);
     // seg / seg_next: the segment-id flags of n_block / n_next.
     [[maybe_unused]] int n_next = 0;
@@ -483,6 +485,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
   } else if constexpr (!kMasks) {
     // Tile t uses K/V slot (n_first - t) & 1. cp.async groups: prologue
     // {Q, K(n_first)}, {V(n_first)}; then per step one group {K(j-1), V(j)}.
+    const int n_first = n_blocks - 1;
     auto slot = [&](int t) { return (n_first - t) & 1; };
     auto s_tile = [&](int t, auto& acc_s) {
       wgmma_issue<true, false>(mma_s, tSrQ, tSrK(_, _, _, slot(t)), acc_s);
@@ -562,6 +565,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
     // skipped, so K/V slots alternate per visit (par: the current tile's
     // slot), not per tile index. Same cp.async groups as above, with
     // "K(j-1)" the next visited tile jn, found one visit ahead.
+    const int n_first = n_top;
     using AccS = decltype(partition_fragment_C(mma_s, Shape<Int<kBlockM>, Int<kBlockN>>{}));
     using FragP = decltype(make_tensor<Element>(PAsALayout<kBlockN>{}));
     FragP tOrP;
