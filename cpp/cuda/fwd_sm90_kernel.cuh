@@ -91,7 +91,10 @@ struct Sm90Traits {
   // and read where used rather than held in registers across the key loop.
   struct MaskScalars {
     int64_t band_hi, band_lo;  // key - row (tile-local) bounds at col0 = 0 (Variant::tile_mask)
-    int n_lo;                  // lowest key tile that any row may see
+    int n_lo;                  // lowest key tile that any row may see (segments: whose ids may meet)
+    int seg_hi;                // (segment ranges) highest key tile whose ids may meet the query tile's
+    int seg_same;              // (segment ranges) 16-key blocks holding the query tile's single id
+    int seg_walk;              // (segment ranges) prev_tile must search ranges tile by tile
     int full_lo, full_hi;      // tiles [full_lo, full_hi] need no band / length mask
     int q_mn, q_mx;            // the query tile's segment-id range
     int kv_len, rows;          // valid keys; valid rows of this query tile
@@ -279,6 +282,13 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
       }
     }
     const Variant::SegRange q_rng = var.q_range(row0, kBlockM);
+    // Segment ids with ranges: the whole CTA scans the 16-key blocks of
+    // tiles [lo, hi) once (a few per thread) for the tiles whose ids may
+    // meet the query tile's: the visited range narrows to them, and when
+    // every block there holds the query tile's single id, prev_tile needs
+    // no per-tile search (one document, a query tile inside a long one).
+    const bool seg_scan = lo < hi && p.q_segment_ids != nullptr && p.kv_segment_ids != nullptr &&
+                          p.q_segment_ranges != nullptr && p.kv_segment_ranges != nullptr;
     if (tid == 0) {
       // Variant::tile_mask at col0 = 0 (unbounded sides far outside +-2^30).
       const int64_t base = int64_t(row0) + var.offset;
@@ -286,13 +296,43 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
       ms->band_lo = var.left() >= 0 ? base - var.left() : -(int64_t(1) << 40);
       ms->kv_len = var.kv_len;
       ms->rows = var.q_len - row0;
-      ms->n_lo = lo;
+      ms->n_lo = seg_scan ? INT32_MAX : lo;
+      ms->seg_hi = -1;
+      ms->seg_same = 0;
+      ms->seg_walk = 0;
       ms->full_lo = full_lo;
       ms->full_hi = full_hi;
       ms->q_mn = q_rng.mn;
       ms->q_mx = q_rng.mx;
     }
     __syncthreads();
+    if (seg_scan) {  // uniform over the CTA
+      constexpr int kSeg = FwdParams::kSegmentBlock, kPer = kBlockN / kSeg;
+      const int nb = (p.seqlen_k + kSeg - 1) / kSeg;
+      const int32_t* rng = p.kv_segment_ranges + int64_t(batch) * nb * 2;
+      const int b_end = min(hi * kPer, nb);
+      int t_lo = INT32_MAX, t_hi = -1, same = 0;
+      for (int bb = lo * kPer + tid; bb < b_end; bb += Traits::kNThreads) {
+        Variant::SegRange kr;
+        kr.mn = rng[2 * bb];
+        kr.mx = rng[2 * bb + 1];
+        if (!Variant::disjoint(q_rng, kr)) {
+          t_lo = min(t_lo, bb / kPer);
+          t_hi = max(t_hi, bb / kPer);
+          same += Variant::same_single(q_rng, kr) ? 1 : 0;
+        }
+      }
+      if (t_hi >= 0) {
+        atomicMin(&ms->n_lo, t_lo);
+        atomicMax(&ms->seg_hi, t_hi);
+        if (same) atomicAdd(&ms->seg_same, same);
+      }
+      __syncthreads();
+      const int s_lo = ms->n_lo, s_hi = ms->seg_hi;
+      n_top = s_hi + 1;  // 0 when no tile meets: nothing visited
+      if (tid == 0 && s_hi >= 0) ms->seg_walk = ms->seg_same != min((s_hi + 1) * kPer, nb) - s_lo * kPer;
+      __syncthreads();
+    }
   } else {
     n_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
     if (p.causal) {
@@ -317,7 +357,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
         q_rng.mn = ms->q_mn;
         q_rng.mx = ms->q_mx;
         seg = true;  // no ranges: compare ids on every tile
-        if (p.q_segment_ranges != nullptr && p.kv_segment_ranges != nullptr) {
+        if (p.q_segment_ranges != nullptr && p.kv_segment_ranges != nullptr && !ms->seg_walk) {
+          seg = false;  // every tile in [n_lo, n_top) holds the query tile's one id
+        } else if (p.q_segment_ranges != nullptr && p.kv_segment_ranges != nullptr) {
           constexpr int kSeg = FwdParams::kSegmentBlock;
           const int nb = (p.seqlen_k + kSeg - 1) / kSeg;
           const int32_t* rng = p.kv_segment_ranges + int64_t(batch) * nb * 2;
