@@ -25,4 +25,12 @@ cudaError_t run_fwd_var_hdim(const FwdParams& params, bool vec_ok, cudaStream_t 
 template <DType kDType, int kHeadDim>
 cudaError_t run_fwd_sm90_hdim(const FwdParams& params, cudaStream_t stream);
 
+// Hopper (wgmma) forward for the masks-only variants (instantiations/
+// fwd_sm90_masks_*.cu, 90a builds only; tried first by run_fwd_var_hdim for
+// masks-only calls with vector copies at head dims 64/128/256): also
+// cudaErrorNotSupported for soft-cap / ALiBi / dropout or inputs without
+// 16 B vector alignment (the SM80 masks or generic kernel takes those).
+template <DType kDType, int kHeadDim>
+cudaError_t run_fwd_sm90_masks_hdim(const FwdParams& params, cudaStream_t stream);
+
 }  // namespace jax_flash::cuda

@@ -10,6 +10,10 @@
 // through a transposed (MN-major) view as the B operand.
 // Key tiles are visited from the last one down, as the SM80 kernel does, so
 // the masked tiles (key end, causal diagonal) come first.
+// kMasks: the masks-only variants (window, lengths, query offsets, segment
+// ids; cuda::Variant) as in the SM80 kMasks kernel: the key-tile range from
+// the band and lengths, tiles skipped whose segment-id ranges cannot meet,
+// element masks on boundary tiles only. Off, the code is the plain kernel's.
 #pragma once
 
 #include <cmath>
@@ -26,6 +30,7 @@
 #include "cuda/mask.cuh"
 #include "cuda/softmax.cuh"
 #include "cuda/utils.cuh"
+#include "cuda/variants.cuh"
 #include "params.h"
 
 namespace jax_flash::cuda::fwd {
@@ -42,9 +47,10 @@ namespace jax_flash::cuda::fwd {
 // kWarpgroups: 64 query rows each (BM = 64 x kWarpgroups); with 1, every
 // warpgroup on the SM runs free of the others (no CTA barrier shared).
 template <int kHeadDim_, int kBlockN_, typename Element_, bool kOverlap_ = true, bool kLoadsFirst_ = true,
-          int kCtasPerSm_ = 1, int kWarpgroups_ = 2>
+          int kCtasPerSm_ = 1, int kWarpgroups_ = 2, bool kMasks_ = false>
 struct Sm90Traits {
   using Element = Element_;
+  static constexpr bool kMasks = kMasks_;
   static constexpr bool kOverlap = kOverlap_;
   static constexpr bool kLoadsFirst = kLoadsFirst_;
   static constexpr int kCtasPerSm = kCtasPerSm_;
@@ -81,7 +87,19 @@ struct Sm90Traits {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutKV>, 1024> k;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutKV>, 1024> v;
   };
-  static constexpr int kSmemBytes = int(sizeof(SharedStorage));
+  // (kMasks) Per-CTA mask scalars, kept in shared memory after the tiles
+  // and read where used rather than held in registers across the key loop.
+  struct MaskScalars {
+    int64_t band_hi, band_lo;  // key - row (tile-local) bounds at col0 = 0 (Variant::tile_mask)
+    int n_lo;                  // lowest key tile that any row may see (segments: whose ids may meet)
+    int seg_hi;                // (segment ranges) highest key tile whose ids may meet the query tile's
+    int seg_same;              // (segment ranges) 16-key blocks holding the query tile's single id
+    int seg_walk;              // (segment ranges) prev_tile must search ranges tile by tile
+    int full_lo, full_hi;      // tiles [full_lo, full_hi] need no band / length mask
+    int q_mn, q_mx;            // the query tile's segment-id range
+    int kv_len, rows;          // valid keys; valid rows of this query tile
+  };
+  static constexpr int kSmemBytes = int(sizeof(SharedStorage)) + (kMasks ? int(sizeof(MaskScalars)) : 0);
 
   using GmemCopyIn = typename GmemTileCopies<Element, kHeadDim, kNThreads>::In;
   using GmemCopyOut = typename GmemTileCopies<Element, kHeadDim, kNThreads>::Out;
@@ -153,6 +171,65 @@ __device__ __forceinline__ void wgmma_issue(TiledMma& mma, TA& tA, TB const& tB,
   if constexpr (kRegA) warpgroup_fence_operand(tA);
 }
 
+// Masks-only variants on one boundary S tile (raw scores): the tile-relative
+// band / length test, then the segment ids where the tile holds more than
+// one id (seg). kv ids are read once per column, q ids once per row.
+// The per-CTA values come from shared memory (MS: the kernel's
+// MaskScalars), not from registers held across the key loop.
+// tSc0: thread 0's partition of the tile coordinates (compile-time values);
+// this thread's are those plus one (row, col) offset, as a CuTe layout is
+// linear in (thread, value). Written that way, every element's test is the
+// thread's offset against an immediate; from tSc per element, the compiler
+// hoisted 64 coordinate values out of the key loop and spilled them (d64).
+template <class TS, class TC, class TC0, class MS>
+__device__ __forceinline__ void apply_variant_mask(TS& acc_s, TC const& tSc, TC0 const& tSc0, const FwdParams& p,
+                                                   int batch, const MS* ms, int row0, int col0, bool seg) {
+  Tensor s = make_tensor(acc_s.data(), acc_rowcol_layout(acc_s.layout()));
+  Tensor c0 = make_tensor(tSc0.data(), acc_rowcol_layout(tSc0.layout()));
+  constexpr int kRows = decltype(size<0>(s))::value;
+  const int rb = get<0>(tSc(0)) - get<0>(tSc0(0));  // this thread's offset from thread 0
+  const int cb = get<1>(tSc(0)) - get<1>(tSc0(0));
+  constexpr int64_t kBig = int64_t(1) << 30;
+  Variant::TileMask tm;
+  // Bounds moved onto thread 0's coordinates: (c - r) + (cb - rb), c + cb, r + rb.
+  tm.hi = int(max(-kBig, min(kBig, ms->band_hi - col0))) - (cb - rb);
+  tm.lo = int(max(-kBig, min(kBig, ms->band_lo - col0))) - (cb - rb);
+  tm.cmax = ms->kv_len - col0 - cb;
+  tm.rmax = ms->rows - rb;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+    for (int j = 0; j < size<1>(s); ++j)
+      if (!tm(get<0>(c0(r, 0)), get<1>(c0(r, j)))) s(r, j) = -INFINITY;
+  }
+  if (seg) {
+    int qid[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int row = row0 + rb + get<0>(c0(r, 0));
+      qid[r] = row < p.seqlen_q ? int(p.q_segment_ids[int64_t(batch) * p.seqlen_q + row]) : 0;
+    }
+    const int32_t* kv_ids = p.kv_segment_ids + int64_t(batch) * p.seqlen_k;
+    // At most eight columns' id loads in flight: the compiler barrier
+    // (memory clobber) stops all BN/4 of them (32 at d64) being hoisted
+    // together into registers that the 128-register cap does not have.
+    constexpr int kChunk = 8;
+#pragma unroll
+    for (int j0 = 0; j0 < size<1>(s); j0 += kChunk) {
+#pragma unroll
+      for (int j = j0; j < j0 + kChunk && j < size<1>(s); ++j) {
+        const int col = col0 + cb + get<1>(c0(0, j));
+        if (col >= ms->kv_len) continue;  // masked above (and maybe past seqlen_k)
+        const int kid = int(kv_ids[col]);
+#pragma unroll
+        for (int r = 0; r < kRows; ++r)
+          if (kid != qid[r]) s(r, j) = -INFINITY;
+      }
+      asm volatile("" ::: "memory");
+    }
+  }
+}
+
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm90_kernel(const __grid_constant__ FwdArgs args) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -175,11 +252,145 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
   const int rows_left = p.seqlen_q - row0;
   const int head_dim = p.head_dim;
 
-  int n_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
-  if (p.causal) {
-    const int last_row = min(row0 + kBlockM, p.seqlen_q);  // exclusive
-    n_blocks = min(n_blocks, (last_row + kBlockN - 1) / kBlockN);
+  // Key tiles visited: from the first (plain: n_blocks - 1; kMasks: n_top)
+  // down to n_stop = 0 (kMasks: tiles below the lowest visible one, or
+  // skipped, are never returned by prev_tile, which answers -1 when none is
+  // left). The plain path keeps its original statements (same PTX).
+  constexpr bool kMasks = Traits::kMasks;
+  [[maybe_unused]] int n_blocks = 0, n_top = -1;
+  const int n_stop = 0;
+  // (kMasks) The per-CTA values stay in shared memory (MaskScalars): at 128
+  // registers a thread (two CTAs per SM) each value held across the key
+  // loop spilled a copy address instead.
+  using MaskScalars = typename Traits::MaskScalars;
+  [[maybe_unused]] MaskScalars* ms = reinterpret_cast<MaskScalars*>(smem_raw + sizeof(Storage));
+  if constexpr (kMasks) {
+    const Variant var(p, batch, head);
+    int lo, hi;
+    var.template key_tiles<kBlockN>(row0, row0 + kBlockM - 1, lo, hi);
+    n_top = hi;  // stepped down by prev_tile below
+    int full_lo = 0, full_hi = -1;
+    if (row0 + kBlockM <= var.q_len) {
+      // Keys [c0, c0 + BN) unmasked for every row: c0 + BN <= kv_len,
+      // c0 + BN - 1 <= last_key(row0), c0 >= first_key(row0 + BM - 1).
+      int64_t hi_key = int64_t(var.kv_len) - 1;
+      if (var.right() >= 0) hi_key = min(hi_key, var.last_key(row0));
+      const int64_t lo_key = var.left() >= 0 ? max(int64_t(0), var.first_key(int64_t(row0) + kBlockM - 1)) : 0;
+      if (hi_key >= 0) {
+        full_hi = int((hi_key + 1) / kBlockN) - 1;  // last tile ending at or before hi_key
+        full_lo = int((lo_key + kBlockN - 1) / kBlockN);
+      }
+    }
+    const Variant::SegRange q_rng = var.q_range(row0, kBlockM);
+    // Segment ids with ranges: the whole CTA scans the 16-key blocks of
+    // tiles [lo, hi) once (a few per thread) for the tiles whose ids may
+    // meet the query tile's: the visited range narrows to them, and when
+    // every block there holds the query tile's single id, prev_tile needs
+    // no per-tile search (one document, a query tile inside a long one).
+    const bool seg_scan = lo < hi && p.q_segment_ids != nullptr && p.kv_segment_ids != nullptr &&
+                          p.q_segment_ranges != nullptr && p.kv_segment_ranges != nullptr;
+    if (tid == 0) {
+      // Variant::tile_mask at col0 = 0 (unbounded sides far outside +-2^30).
+      const int64_t base = int64_t(row0) + var.offset;
+      ms->band_hi = var.right() >= 0 ? base + var.right() : (int64_t(1) << 40);
+      ms->band_lo = var.left() >= 0 ? base - var.left() : -(int64_t(1) << 40);
+      ms->kv_len = var.kv_len;
+      ms->rows = var.q_len - row0;
+      ms->n_lo = seg_scan ? INT32_MAX : lo;
+      ms->seg_hi = -1;
+      ms->seg_same = 0;
+      ms->seg_walk = 0;
+      ms->full_lo = full_lo;
+      ms->full_hi = full_hi;
+      ms->q_mn = q_rng.mn;
+      ms->q_mx = q_rng.mx;
+    }
+    __syncthreads();
+    if (seg_scan) {  // uniform over the CTA
+      constexpr int kSeg = FwdParams::kSegmentBlock, kPer = kBlockN / kSeg;
+      const int nb = (p.seqlen_k + kSeg - 1) / kSeg;
+      const int32_t* rng = p.kv_segment_ranges + int64_t(batch) * nb * 2;
+      const int b_end = min(hi * kPer, nb);
+      int t_lo = INT32_MAX, t_hi = -1, same = 0;
+      for (int bb = lo * kPer + tid; bb < b_end; bb += Traits::kNThreads) {
+        Variant::SegRange kr;
+        kr.mn = rng[2 * bb];
+        kr.mx = rng[2 * bb + 1];
+        if (!Variant::disjoint(q_rng, kr)) {
+          t_lo = min(t_lo, bb / kPer);
+          t_hi = max(t_hi, bb / kPer);
+          same += Variant::same_single(q_rng, kr) ? 1 : 0;
+        }
+      }
+      if (t_hi >= 0) {
+        atomicMin(&ms->n_lo, t_lo);
+        atomicMax(&ms->seg_hi, t_hi);
+        if (same) atomicAdd(&ms->seg_same, same);
+      }
+      __syncthreads();
+      const int s_lo = ms->n_lo, s_hi = ms->seg_hi;
+      n_top = s_hi + 1;  // 0 when no tile meets: nothing visited
+      if (tid == 0 && s_hi >= 0) ms->seg_walk = ms->seg_same != min((s_hi + 1) * kPer, nb) - s_lo * kPer;
+      __syncthreads();
+    }
+  } else {
+    n_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
+    if (p.causal) {
+      const int last_row = min(row0 + kBlockM, p.seqlen_q);  // exclusive
+      n_blocks = min(n_blocks, (last_row + kBlockN - 1) / kBlockN);
+    }
   }
+  // (kMasks) The next key tile below n to visit, -1 when none: tiles
+  // whose segment-id range is disjoint from the query tile's are skipped.
+  // seg: the tile found must compare segment ids (its ids and the query
+  // tile's are not all one id). Callers look one tile ahead, under a wgmma,
+  // and carry the result. The range of a BN-key tile is read with BN/16
+  // predicated loads, one tile at a time (#pragma unroll 1): an unrolled
+  // search kept 32 loads in flight and spilled.
+  [[maybe_unused]] auto prev_tile = [&](int n, bool& seg) {
+    --n;
+    seg = false;
+    if constexpr (kMasks) {
+      const int n_lo = ms->n_lo;
+      if (p.q_segment_ids != nullptr && p.kv_segment_ids != nullptr) {
+        Variant::SegRange q_rng;
+        q_rng.mn = ms->q_mn;
+        q_rng.mx = ms->q_mx;
+        seg = true;  // no ranges: compare ids on every tile
+        if (p.q_segment_ranges != nullptr && p.kv_segment_ranges != nullptr && !ms->seg_walk) {
+          seg = false;  // every tile in [n_lo, n_top) holds the query tile's one id
+        } else if (p.q_segment_ranges != nullptr && p.kv_segment_ranges != nullptr) {
+          constexpr int kSeg = FwdParams::kSegmentBlock;
+          const int nb = (p.seqlen_k + kSeg - 1) / kSeg;
+          const int32_t* rng = p.kv_segment_ranges + int64_t(batch) * nb * 2;
+#pragma unroll 1
+          for (; n >= n_lo; --n) {
+            Variant::SegRange kr;
+            kr.mn = INT32_MAX;
+            kr.mx = INT32_MIN;
+#pragma unroll
+            for (int i = 0; i < kBlockN / kSeg; ++i) {
+              const int bb = n * (kBlockN / kSeg) + i;
+              if (bb < nb) {
+                kr.mn = min(kr.mn, int(rng[2 * bb]));
+                kr.mx = max(kr.mx, int(rng[2 * bb + 1]));
+              }
+            }
+            if (!Variant::disjoint(q_rng, kr)) {
+              seg = !Variant::same_single(q_rng, kr);
+              break;
+            }
+          }
+        }
+      }
+      if (n < n_lo) n = -1;
+    }
+    return n;
+  };
+  [[maybe_unused]] bool seg_first = false;
+  if constexpr (kMasks) n_top = prev_tile(n_top, seg_first);
+  // (kMasks) Whether tile n needs element masks (band / lengths, or ids).
+  [[maybe_unused]] auto needs_mask = [&](int n, bool seg) { return n < ms->full_lo || n > ms->full_hi || seg; };
 
   const Element* q_ptr = static_cast<const Element*>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride;
   const Element* k_ptr = static_cast<const Element*>(p.k) + batch * p.k_batch_stride + head_kv * p.k_head_stride;
@@ -222,6 +433,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
   Tensor tOrV = thr_o.partition_fragment_B(sVt);  // (MMA, MMA_N, MMA_K, stage)
   Tensor acc_o = partition_fragment_C(mma_o, Shape<Int<kBlockM>, Int<kHeadDim>>{});
   Tensor tSc = thr_s.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
+  [[maybe_unused]] Tensor tSc0 = mma_s.get_thread_slice(0).partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
   Tensor tOc = thr_o.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
 
   constexpr int kRows = 2 * decltype(size<1>(acc_o))::value;
@@ -233,8 +445,15 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
   const float scale_log2 = pre_scale ? 1.f : args.scale_log2;
 
   if constexpr (!Traits::kOverlap) {
-    int n_block = n_blocks - 1;
-    if (n_block >= 0) {
+    int n_block;
+    if constexpr (kMasks) n_block = n_top;
+    else n_block = n_blocks - 1;
+    // (kMasks) next tile to visit, found one iteration ahead (under a wgmma);
+    // seg / seg_next: the segment-id flags of n_block / n_next.
+    [[maybe_unused]] int n_next = 0;
+    [[maybe_unused]] bool seg = seg_first, seg_next = false;
+    if constexpr (kMasks) n_next = prev_tile(n_block, seg_next);
+    if (n_block >= n_stop) {
       load_tile<true, true>(gcopy, tQg, tQs, tQc, rows_left, head_dim);
       load_tile<true, true>(gcopy, tKg(_, _, _, n_block), tKs(_, _, _, 0), tKVc, p.seqlen_k - n_block * kBlockN, head_dim);
       load_tile<true, true>(gcopy, tVg(_, _, _, n_block), tVs(_, _, _, 0), tKVc, p.seqlen_k - n_block * kBlockN, head_dim);
@@ -242,19 +461,30 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
     }
 
     int stage = 0;
-    for (; n_block >= 0; --n_block) {
+    for (; n_block >= n_stop;) {
       const int col0 = n_block * kBlockN;
-      const bool need_mask = tile_needs_mask<kBlockM, kBlockN>(row0, col0, p.seqlen_k, p.causal);
+      bool need_mask;
+      if constexpr (kMasks) need_mask = needs_mask(n_block, seg);
+      else need_mask = tile_needs_mask<kBlockM, kBlockN>(row0, col0, p.seqlen_k, p.causal);
       cp_async_wait<0>();
       cutlass::arch::fence_view_async_shared();  // cp.async writes -> wgmma (async proxy) reads
       __syncthreads();  // K(n), V(n) landed; everyone is done with the other stage
       // Next tile's loads. Only the last key tile (visited first) can be
-      // partial: unchecked rows.
+      // partial: unchecked rows (with kMasks the first visited tile is
+      // below it or is it).
       auto loads = [&]() {
-        if (n_block > 0) {
-          load_tile<true, false>(gcopy, tKg(_, _, _, n_block - 1), tKs(_, _, _, stage ^ 1), tKVc, kBlockN, head_dim);
-          load_tile<true, false>(gcopy, tVg(_, _, _, n_block - 1), tVs(_, _, _, stage ^ 1), tKVc, kBlockN, head_dim);
-          cp_async_fence();
+        if constexpr (kMasks) {
+          if (n_next >= n_stop) {
+            load_tile<true, false>(gcopy, tKg(_, _, _, n_next), tKs(_, _, _, stage ^ 1), tKVc, kBlockN, head_dim);
+            load_tile<true, false>(gcopy, tVg(_, _, _, n_next), tVs(_, _, _, stage ^ 1), tKVc, kBlockN, head_dim);
+            cp_async_fence();
+          }
+        } else {
+          if (n_block > 0) {
+            load_tile<true, false>(gcopy, tKg(_, _, _, n_block - 1), tKs(_, _, _, stage ^ 1), tKVc, kBlockN, head_dim);
+            load_tile<true, false>(gcopy, tVg(_, _, _, n_block - 1), tVs(_, _, _, stage ^ 1), tKVc, kBlockN, head_dim);
+            cp_async_fence();
+          }
         }
       };
       if constexpr (Traits::kLoadsFirst) loads();
@@ -269,17 +499,32 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
   #pragma unroll
         for (int i = 0; i < size(acc_s); ++i) acc_s(i) *= args.scale_log2;
       }
-      if (need_mask) apply_mask(acc_s, tSc, row0, col0, p.seqlen_k, p.causal);
+      if constexpr (kMasks) {
+        if (need_mask) apply_variant_mask(acc_s, tSc, tSc0, p, batch, ms, row0, col0, seg);
+      } else {
+        if (need_mask) apply_mask(acc_s, tSc, row0, col0, p.seqlen_k, p.causal);
+      }
       softmax.update(acc_s, acc_o, scale_log2);
 
       Tensor rP = convert_regs<Element>(acc_s);
       Tensor tOrP = make_tensor(rP.data(), PAsALayout<kBlockN>{});
       wgmma_issue<false, true>(mma_o, tOrP, tOrV(_, _, _, stage), acc_o);
+      [[maybe_unused]] int n_after = 0;
+      [[maybe_unused]] bool seg_after = false;
+      if constexpr (kMasks) n_after = n_next >= n_stop ? prev_tile(n_next, seg_after) : n_stop - 1;  // under the P V wgmma
       warpgroup_wait<0>();
       warpgroup_fence_operand(acc_o);
       stage ^= 1;
+      if constexpr (kMasks) {
+        n_block = n_next;
+        n_next = n_after;
+        seg = seg_next;
+        seg_next = seg_after;
+      } else {
+        --n_block;
+      }
     }
-  } else {
+  } else if constexpr (!kMasks) {
     // Tile t uses K/V slot (n_first - t) & 1. cp.async groups: prologue
     // {Q, K(n_first)}, {V(n_first)}; then per step one group {K(j-1), V(j)}.
     const int n_first = n_blocks - 1;
@@ -354,6 +599,90 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
       cutlass::arch::fence_view_async_shared();
       __syncthreads();
       wgmma_issue<false, true>(mma_o, tOrP, tOrV(_, _, _, slot(0)), acc_o);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(acc_o);
+    }
+  } else {
+    // The overlapped loop over the visited tiles only (kMasks): tiles may be
+    // skipped, so K/V slots alternate per visit (par: the current tile's
+    // slot), not per tile index. Same cp.async groups as above, with
+    // "K(j-1)" the next visited tile jn, found one visit ahead.
+    const int n_first = n_top;
+    using AccS = decltype(partition_fragment_C(mma_s, Shape<Int<kBlockM>, Int<kBlockN>>{}));
+    using FragP = decltype(make_tensor<Element>(PAsALayout<kBlockN>{}));
+    FragP tOrP;
+    float corr[kRows];
+    auto mask_scale = [&](int col0, bool need_mask, bool seg, auto& acc_s) {
+      if (pre_scale) {
+#pragma unroll
+        for (int i = 0; i < size(acc_s); ++i) acc_s(i) *= args.scale_log2;
+      }
+      if (need_mask) apply_variant_mask(acc_s, tSc, tSc0, p, batch, ms, row0, col0, seg);
+    };
+    int j = n_stop - 1, jn = n_stop - 1;  // second and third visited tiles
+    bool seg_j = false, seg_jn = false;
+    if (n_first >= n_stop) {
+      const int kv_left = p.seqlen_k - n_first * kBlockN;
+      load_tile<true, true>(gcopy, tQg, tQs, tQc, rows_left, head_dim);
+      load_tile<true, true>(gcopy, tKg(_, _, _, n_first), tKs(_, _, _, 0), tKVc, kv_left, head_dim);
+      cp_async_fence();
+      load_tile<true, true>(gcopy, tVg(_, _, _, n_first), tVs(_, _, _, 0), tKVc, kv_left, head_dim);
+      cp_async_fence();
+      j = prev_tile(n_first, seg_j);
+      cp_async_wait<1>();  // Q, K(n_first)
+      cutlass::arch::fence_view_async_shared();
+      __syncthreads();
+      if (j >= n_stop) load_tile<true, false>(gcopy, tKg(_, _, _, j), tKs(_, _, _, 1), tKVc, kBlockN, head_dim);
+      cp_async_fence();
+      AccS acc_s;
+      wgmma_issue<true, false>(mma_s, tSrQ, tSrK(_, _, _, 0), acc_s);
+      if (j >= n_stop) jn = prev_tile(j, seg_jn);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(acc_s);
+      mask_scale(n_first * kBlockN, needs_mask(n_first, seg_first), seg_first, acc_s);
+      softmax_step(softmax, acc_s, corr, scale_log2);  // O is still 0: no rescale
+      Tensor rP = convert_regs<Element>(acc_s);
+#pragma unroll
+      for (int i = 0; i < size(tOrP); ++i) tOrP(i) = rP(i);
+    }
+    int par = 1;  // slot of tile j; the previous (and the next) visit use par ^ 1
+    while (j >= n_stop) {
+      cp_async_wait<0>();  // K(j), V(previous)
+      cutlass::arch::fence_view_async_shared();
+      __syncthreads();  // every warpgroup is done with K(previous) and V(the one before)
+      auto loads = [&]() {
+        if (jn >= n_stop) load_tile<true, false>(gcopy, tKg(_, _, _, jn), tKs(_, _, _, par ^ 1), tKVc, kBlockN, head_dim);
+        load_tile<true, false>(gcopy, tVg(_, _, _, j), tVs(_, _, _, par), tKVc, kBlockN, head_dim);
+        cp_async_fence();
+      };
+      if constexpr (Traits::kLoadsFirst) loads();
+      AccS acc_s;
+      wgmma_issue<true, false>(mma_s, tSrQ, tSrK(_, _, _, par), acc_s);
+      wgmma_issue<false, true>(mma_o, tOrP, tOrV(_, _, _, par ^ 1), acc_o);
+      if constexpr (!Traits::kLoadsFirst) loads();
+      bool seg_jnn = false;
+      const int jnn = jn >= n_stop ? prev_tile(jn, seg_jnn) : n_stop - 1;  // under both wgmmas
+      warpgroup_wait<1>();  // S(j)
+      warpgroup_fence_operand(acc_s);
+      mask_scale(j * kBlockN, needs_mask(j, seg_j), seg_j, acc_s);
+      softmax_step(softmax, acc_s, corr, scale_log2);
+      warpgroup_wait<0>();  // P V of the previous tile
+      warpgroup_fence_operand(acc_o);
+      rescale_rows(acc_o, corr);
+      Tensor rP = convert_regs<Element>(acc_s);
+#pragma unroll
+      for (int i = 0; i < size(tOrP); ++i) tOrP(i) = rP(i);
+      par ^= 1;
+      j = jn;
+      jn = jnn;
+      seg_j = seg_jn;
+      seg_jn = seg_jnn;
+    }
+    if (n_first >= n_stop) {
+      cp_async_wait<0>();  // V(last visited)
+      cutlass::arch::fence_view_async_shared();
+      __syncthreads();
+      wgmma_issue<false, true>(mma_o, tOrP, tOrV(_, _, _, par ^ 1), acc_o);
       warpgroup_wait<0>();
       warpgroup_fence_operand(acc_o);
     }

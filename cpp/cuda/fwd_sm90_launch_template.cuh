@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 
 #include <cuda_runtime_api.h>
 
@@ -47,6 +48,26 @@ template <int kHeadDim, DType kDType>
 using Sm90DefaultTraits = Sm90Traits<kHeadDim, Sm90Tile<kHeadDim>::kN, Sm90ElementOf<kDType>, Sm90Tile<kHeadDim>::kOverlap,
                                      Sm90Tile<kHeadDim>::kLoadsFirst, Sm90Tile<kHeadDim>::kCtasPerSm>;
 
+// Masks-only variants: the plain configuration with kMasks (same tiles, so
+// the cost over plain is the mask work alone; on the H100 1.5-6% over plain
+// causal at d128 8k, benchmarks/NOTES.md).
+template <int kHeadDim, DType kDType>
+using Sm90MasksTraits = Sm90Traits<kHeadDim, Sm90Tile<kHeadDim>::kN, Sm90ElementOf<kDType>, Sm90Tile<kHeadDim>::kOverlap,
+                                   Sm90Tile<kHeadDim>::kLoadsFirst, Sm90Tile<kHeadDim>::kCtasPerSm, 2, true>;
+
+// 16 B vector copies legal: 16 B-aligned pointers, strides and head_dim in
+// whole 8-element chunks (the same rule as fwd_launch.cu's vector_ok).
+inline bool sm90_vector_ok(const FwdParams& p) {
+  auto a16 = [](const void* x) { return (reinterpret_cast<uintptr_t>(x) & 15u) == 0; };
+  if (p.head_dim % 8 != 0 || !a16(p.q) || !a16(p.k) || !a16(p.v) || !a16(p.o)) return false;
+  const int64_t strides[] = {p.q_batch_stride, p.q_row_stride, p.q_head_stride, p.k_batch_stride,
+                             p.k_row_stride,   p.k_head_stride, p.v_batch_stride, p.v_row_stride,
+                             p.v_head_stride,  p.o_batch_stride, p.o_row_stride, p.o_head_stride};
+  for (int64_t s : strides)
+    if (s % 8 != 0) return false;
+  return true;
+}
+
 // This instantiation can run here (cached per device; cuda/sm90_ready.h).
 template <class Traits>
 bool sm90_ready() {
@@ -76,7 +97,23 @@ cudaError_t run_fwd_sm90_hdim(const FwdParams& params, cudaStream_t stream) {
   return fwd::launch_fwd_sm90<fwd::Sm90DefaultTraits<kHeadDim, kDType>>(params, stream);
 }
 
+// Masks-only variants (window, lengths, query offsets, segment ids; also
+// plain parameters) on the wgmma kernel. cudaErrorNotSupported, for the
+// caller to fall back to the SM80 masks kernel, when: soft-cap, ALiBi or
+// dropout is set; 16 B vector copies are not legal; the device is not
+// cc 9.0 or the build has no sm_90a binary. The rest (head_dim <= kHeadDim,
+// sizes, pointers) the caller has checked, as for run_fwd_sm90_hdim.
+template <DType kDType, int kHeadDim>
+cudaError_t run_fwd_sm90_masks_hdim(const FwdParams& params, cudaStream_t stream) {
+  if (!variant_masks_only(params) || !fwd::sm90_vector_ok(params)) return cudaErrorNotSupported;
+  return fwd::launch_fwd_sm90<fwd::Sm90MasksTraits<kHeadDim, kDType>>(params, stream);
+}
+
 }  // namespace jax_flash::cuda
+
+#define JAX_FLASH_INSTANTIATE_FWD_SM90_MASKS(DTYPE, HDIM)                                      \
+  template cudaError_t jax_flash::cuda::run_fwd_sm90_masks_hdim<jax_flash::DType::DTYPE, HDIM>( \
+      const jax_flash::FwdParams&, cudaStream_t);
 
 #define JAX_FLASH_INSTANTIATE_FWD_SM90(DTYPE, HDIM)                                      \
   template cudaError_t jax_flash::cuda::run_fwd_sm90_hdim<jax_flash::DType::DTYPE, HDIM>( \

@@ -15,12 +15,22 @@ cudaError_t run_fwd_varm_hdim(const FwdParams& params, cudaStream_t stream);
 
 // The generic variants kernel (same tiles; its own build unit per head dim
 // and dtype, instantiations/fwd_var_hdim*_*.cu). Masks-only variants with
-// vector copies go to the masks-only kernel.
+// vector copies go to the Hopper masks kernel in 90a builds on cc 9.0, else
+// to the SM80 masks-only kernel.
 template <DType kDType, int kHeadDim>
 cudaError_t run_fwd_var_hdim(const FwdParams& params, bool vec_ok, cudaStream_t stream) {
   using Traits = fwd::DefaultTraits<kHeadDim, kDType>;
-  if (vec_ok && !params.plain_mask() && variant_masks_only(params))
+  if (vec_ok && !params.plain_mask() && variant_masks_only(params)) {
+#if defined(JAX_FLASH_FWD_SM90)
+    // Built with sm_90a (fwd_sm90_masks_*.cu units): the wgmma kernel on
+    // cc 9.0 devices; cudaErrorNotSupported elsewhere (SM80 kernel then).
+    if constexpr (kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256) {
+      const cudaError_t err = run_fwd_sm90_masks_hdim<kDType, kHeadDim>(params, stream);
+      if (err != cudaErrorNotSupported) return err;
+    }
+#endif
     return run_fwd_varm_hdim<kDType, kHeadDim>(params, stream);
+  }
   return fwd::launch_fwd<Traits, true, kVarGeneral>(params, stream, vec_ok);  // vec_ok read at run time
 }
 

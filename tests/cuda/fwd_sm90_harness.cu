@@ -1,6 +1,9 @@
 // Standalone correctness + speed harness of the Hopper (wgmma) forward.
 //   fwd_sm90_harness           cases (float64 CPU reference), then timings
 //   fwd_sm90_harness --bench   timings only: sm90 kernel vs today's run_fwd
+//   fwd_sm90_harness --masks   masks-only variants kernel (kMasks): variant
+//                              cases (variant_ref.h), then d128 8k timings
+//                              against plain causal on the sm90 kernel
 // Reference, NaN poisoning, tolerance and timing come from fwd_harness.cu
 // (included, its main() compiled out); run_case calls g_run_fwd, pointed
 // here at the Hopper kernel. Build: make -f Makefile.sm90 (see there).
@@ -34,6 +37,143 @@ static cudaError_t sm90_fwd(const FwdParams& p, cudaStream_t s) {
   return cudaErrorInvalidValue;
 }
 
+// The Hopper masks-only variants kernel, head dims padded as above.
+static cudaError_t sm90_masks_fwd(const FwdParams& p, cudaStream_t s) {
+  if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return cudaSuccess;
+  const bool h = p.dtype == DType::kFloat16;
+  if (p.head_dim <= 64)
+    return h ? jf::run_fwd_sm90_masks_hdim<DType::kFloat16, 64>(p, s) : jf::run_fwd_sm90_masks_hdim<DType::kBFloat16, 64>(p, s);
+  if (p.head_dim <= 128)
+    return h ? jf::run_fwd_sm90_masks_hdim<DType::kFloat16, 128>(p, s) : jf::run_fwd_sm90_masks_hdim<DType::kBFloat16, 128>(p, s);
+  if (p.head_dim <= 256)
+    return h ? jf::run_fwd_sm90_masks_hdim<DType::kFloat16, 256>(p, s) : jf::run_fwd_sm90_masks_hdim<DType::kBFloat16, 256>(p, s);
+  return cudaErrorInvalidValue;
+}
+
+// Masks-only variant cases: the masks-only ones of vref::cases (d64 / d128),
+// each in both dtypes and again at d256, plus odd sizes, skipping-heavy and
+// empty-row cases.
+static std::vector<vref::VarCase> masks_cases() {
+  std::vector<vref::VarCase> v;
+  const DType B = DType::kBFloat16, H = DType::kFloat16;
+  for (const vref::VarCase& c : vref::cases(false)) {
+    if (c.softcap != 0.f || c.alibi != 0 || c.dropout != 0.f) continue;
+    if (c.D != 64 && c.D != 128) continue;
+    for (DType t : {B, H}) {
+      vref::VarCase x = c;
+      x.dt = t;
+      v.push_back(x);
+    }
+    if (c.D == 128) {
+      vref::VarCase x = c;
+      x.D = 256;
+      v.push_back(x);
+    }
+  }
+  auto add = [&](vref::VarCase c) { v.push_back(c); };
+  for (int D : {64, 128, 256}) {
+    const DType t = D == 128 ? H : B;
+    { vref::VarCase c{"odd: Sq 1, window + lengths", 3, 1, 1000, 4, 2, D, t}; c.left = 17; c.lengths = true; add(c); }
+    { vref::VarCase c{"odd: Sk 17, causal + offset 5 + segments", 2, 129, 17, 2, 1, D, t}; c.causal = true; c.query_offset = 5; c.segments = true; add(c); }
+    { vref::VarCase c{"causal Sq > Sk (first rows see nothing)", 2, 333, 129, 2, 2, D, t}; c.causal = true; c.query_offset = -200; add(c); }
+    { vref::VarCase c{"segments + causal, long (tile skipping)", 1, 2000, 2000, 2, 1, D, t}; c.segments = true; c.causal = true; add(c); }
+    { vref::VarCase c{"window 100 both sides + segments, MQA", 2, 700, 650, 8, 1, D, t}; c.left = 100; c.right = 100; c.segments = true; add(c); }
+    { vref::VarCase c{"window far right of the keys (empty)", 1, 150, 140, 2, 2, D, t}; c.left = 5; c.right = 10; c.query_offset = 1000; add(c); }
+    { vref::VarCase c{"all masks: causal+window+lengths+offsets+segments", 3, 401, 377, 4, 2, D, t}; c.causal = true; c.left = 90; c.lengths = true; c.batch_offsets = true; c.query_offset = 7; c.segments = true; add(c); }
+  }
+  // head dims padded onto the 64 / 256 kernels
+  { vref::VarCase c{"head dim 40: causal + window", 2, 97, 131, 2, 1, 40, B}; c.causal = true; c.left = 20; add(c); }
+  { vref::VarCase c{"head dim 200: lengths + segments", 2, 150, 180, 2, 1, 200, H}; c.lengths = true; c.segments = true; add(c); }
+  return v;
+}
+
+// Masks kernel vs plain causal on the sm90 kernel, d128 seqlen 8k, 16 heads,
+// b=1, bf16 (the shape of fwd_harness --variants); the SM80 run_fwd beside
+// it (-1 when built with SM80=0).
+static void bench_masks() {
+  const int s = 8192, d = 128, h = 16, b = 1;
+  const int64_t n = int64_t(b) * s * h * d;
+  void *q, *k, *v, *o; float* lse;
+  CK(cudaMalloc(&q, n * 2)); CK(cudaMalloc(&k, n * 2)); CK(cudaMalloc(&v, n * 2)); CK(cudaMalloc(&o, n * 2));
+  CK(cudaMalloc(&lse, int64_t(b) * h * s * 4));
+  std::vector<uint16_t> hbuf(n);
+  for (void* t : {q, k, v}) {
+    for (auto& x : hbuf) x = f2h(nrand(), DType::kBFloat16);  // independent q, k, v
+    CK(cudaMemcpy(t, hbuf.data(), n * 2, cudaMemcpyHostToDevice));
+  }
+  vref::VarDev vd;
+  std::vector<int32_t> lens(b, s - 100), ids(size_t(b) * s, 1), offs(b, 0);
+  const int doc_len[] = {1000, 300, 2500, 700, 1800, 1200, 692};
+  std::vector<int32_t> pids(size_t(b) * s);
+  double pairs = 0;
+  {
+    int pos = 0, id = 0;
+    for (int L : doc_len) {
+      for (int i = 0; i < L && pos < s; ++i) pids[pos++] = id;
+      pairs += 0.5 * double(L) * (L + 1);
+      ++id;
+    }
+  }
+  const int32_t* d_lens = vd.put(lens);
+  const int32_t* d_ids = vd.put(ids);
+  const int32_t* d_rng = vd.put(vref::seg_ranges(ids, b, s));
+  const int32_t* d_offs = vd.put(offs);
+  const int32_t* d_pids = vd.put(pids);
+  const int32_t* d_prng = vd.put(vref::seg_ranges(pids, b, s));
+  auto base = [&]() {
+    FwdParams p;
+    p.q = q; p.k = k; p.v = v; p.o = o; p.lse = lse;
+    p.q_row_stride = p.k_row_stride = p.v_row_stride = p.o_row_stride = int64_t(h) * d;
+    p.q_head_stride = p.k_head_stride = p.v_head_stride = p.o_head_stride = d;
+    p.q_batch_stride = p.k_batch_stride = p.v_batch_stride = p.o_batch_stride = int64_t(s) * h * d;
+    p.batch = b; p.seqlen_q = p.seqlen_k = s; p.heads_q = p.heads_kv = h; p.head_dim = d;
+    p.scale = float(1.0 / std::sqrt(double(d))); p.causal = true; p.dtype = DType::kBFloat16;
+    return p;
+  };
+  auto time_ms = [&](TuneFn fn, const FwdParams& p) {
+    if (fn(p, 0) != cudaSuccess) { cudaGetLastError(); return -1.0; }
+    for (int i = 0; i < 3; ++i) CK(fn(p, 0));
+    cudaEvent_t e0, e1; CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
+    const int iters = 20;
+    CK(cudaEventRecord(e0));
+    for (int i = 0; i < iters; ++i) CK(fn(p, 0));
+    CK(cudaEventRecord(e1)); CK(cudaEventSynchronize(e1));
+    float ms; CK(cudaEventElapsedTime(&ms, e0, e1));
+    cudaEventDestroy(e0); cudaEventDestroy(e1);
+    return double(ms) / iters;
+  };
+  struct V { const char* name; FwdParams p; };
+  std::vector<V> vs;
+  vs.push_back({"plain params (kMasks overhead)", base()});
+  { FwdParams p = base(); p.window_left = 1 << 30; vs.push_back({"no-op window", p}); }
+  { FwdParams p = base(); p.window_left = 4096; vs.push_back({"window 4096 (fewer tiles)", p}); }
+  { FwdParams p = base(); p.q_seqlens = d_lens; p.kv_seqlens = d_lens; vs.push_back({"lengths (s-100)", p}); }
+  { FwdParams p = base(); p.q_segment_ids = p.kv_segment_ids = d_ids; p.q_segment_ranges = p.kv_segment_ranges = d_rng; vs.push_back({"segments (one doc)", p}); }
+  { FwdParams p = base(); p.query_offsets = d_offs; vs.push_back({"query_offsets (0)", p}); }
+  { FwdParams p = base(); p.q_segment_ids = p.kv_segment_ids = d_pids; p.q_segment_ranges = p.kv_segment_ranges = d_prng; vs.push_back({"packed docs (7, 300-2500)", p}); }
+  const double flops = 4.0 * s * double(s) * d * h * b / 2;
+  const double ms0 = time_ms(&sm90_fwd, base());
+  std::printf("\n== masks-only variants, d=%d s=%d h=%d b=%d bf16 causal: sm90 masks kernel vs sm90 plain causal "
+              "%.3f ms (%.1f TFLOP/s); sm80 = run_fwd (SM80 masks kernel; -1 = not in this build) ==\n",
+              d, s, h, b, ms0, flops / (ms0 / 1e3) / 1e12);
+  for (const V& x : vs) {
+    const double ms = time_ms(&sm90_masks_fwd, x.p);
+#ifdef SM90_NO_SM80
+    const double ms80 = -1.0;
+#else
+    const double ms80 = time_ms(&jf::run_fwd, x.p);
+#endif
+    std::printf("MBENCH %-32s sm90 %.3f ms  x%.3f vs sm90 plain causal  |  sm80 %.3f ms  x%.3f\n", x.name, ms,
+                ms / ms0, ms80, ms80 > 0 ? ms80 / ms0 : -1.0);
+    if (x.p.q_segment_ids == d_pids)
+      std::printf("MBENCH packed docs: real-work rate %.3f of plain causal's (sm90)\n",
+                  (4.0 * pairs * d * h * b / ms) / (flops / ms0));
+    std::fflush(stdout);
+  }
+  vd.free_all();
+  cudaFree(q); cudaFree(k); cudaFree(v); cudaFree(o); cudaFree(lse);
+}
+
 static void bench_sm90() {
   const int tokens = 16384, hidden = 2048;
   std::printf("\n== timings (bf16, batch*seqlen=%d, hidden=%d), TFLOP/s: sm90 wgmma (default config) vs run_fwd "
@@ -64,6 +204,15 @@ static void bench_sm90() {
 }
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "--masks") {
+    const auto vc = masks_cases();
+    g_run_var = &sm90_masks_fwd;
+    uint64_t seed = 101;
+    for (const auto& c : vc) run_var_case(c, seed++);
+    std::printf("%d / %zu masks-only variant cases failed (sm90 masks kernel)\n", g_fail, vc.size());
+    bench_masks();
+    return g_fail ? 1 : 0;
+  }
   const bool only_bench = argc > 1 && std::string(argv[1]) == "--bench";
   const DType B = DType::kBFloat16, H = DType::kFloat16;
   std::vector<Case> cases;
