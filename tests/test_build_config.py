@@ -78,10 +78,10 @@ def test_workspace_head_dim_without_cuda_is_the_32_multiple(monkeypatch):
 
 def _cuda_workspace_bytes(batch, hq, sq, d_pad, deterministic):
     """cpp/cuda/bwd_dispatch.h: each region rounded up to 256 B over the batch;
-    deterministic mode keeps the accumulator, plus order counters, at 64/128/256."""
+    deterministic mode keeps the accumulator, plus order counters, at 64/128."""
     up = lambda n: (n + 255) // 256 * 256
     rows = batch * hq * sq
-    ordered = deterministic and d_pad in (64, 128, 256)
+    ordered = deterministic and d_pad in (64, 128)
     accum = up(4 * rows * d_pad) if (ordered or not deterministic) else 0
     counters = up(4 * batch * hq * -(-sq // 64)) if ordered else 0
     return up(4 * rows) + accum + counters

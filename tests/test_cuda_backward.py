@@ -107,11 +107,10 @@ def test_backward_grads_match_reference(shape, causal, dtype):
     _check(got, ref, naive, f"{shape} causal={causal} {jnp.dtype(dtype).name}")
 
 
-# The Hopper kernels (head dims exactly 64, 128, 256) order their dQ adds
-# across key tiles: many key tiles, GQA, Sq != Sk (causal: key tiles past the
-# last query see nothing), staggered and plain orders exercise that.
-@pytest.mark.parametrize("shape", [(2, 515, 515, 8, 2, 128), (1, 1031, 2053, 4, 4, 64), (1, 2053, 777, 6, 3, 64),
-                                   (1, 700, 900, 4, 2, 256), (2, 1100, 333, 2, 1, 256)],
+# The Hopper kernel (head dims exactly 64 and 128) orders its dQ reduces across
+# key tiles: many key tiles, GQA, Sq != Sk (causal: key tiles past the last
+# query see nothing) exercise that order.
+@pytest.mark.parametrize("shape", [(2, 515, 515, 8, 2, 128), (1, 1031, 2053, 4, 4, 64), (1, 2053, 777, 6, 3, 64)],
                          ids=lambda s: "b{}_sq{}_sk{}_h{}-{}_d{}".format(*s))
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_deterministic_backward_is_bitwise_reproducible_and_close_to_atomic(shape, causal):

@@ -42,7 +42,7 @@ BwdLaunchFlags launch_flags(const BwdParams& p) {
 // At the largest head dims the atomic-free pair (dK/dV kernel + dQ kernel)
 // is faster than dQ atomics (the fused kernel runs out of registers): atomic
 // mode runs it too (its workspace need is a subset of atomic mode's), except
-// where the Hopper wide-head kernel takes both modes at 256 (plain
+// where the Hopper wide-head kernel takes atomic mode at 256 (plain
 // attention, head_dim 256 exactly, aligned inputs, cc 9.0, sm_90a build):
 // 1.25-1.44x the pair (benchmarks/NOTES.md "Hopper backward d256").
 template <int D>
@@ -59,8 +59,10 @@ cudaError_t dispatch_bwd(const BwdParams& p, BwdLaunchFlags f, cudaStream_t s) {
       constexpr int D = decltype(d)::value;
 #if defined(JAX_FLASH_BWD_SM90)
       if constexpr (D == 256) {
-        const cudaError_t err = run_bwd_sm90_wide_hdim<kDType, D>(p, f, s);
-        if (err != cudaErrorNotSupported) return err;
+        if (!p.deterministic) {
+          const cudaError_t err = run_bwd_sm90_wide_hdim<kDType, D>(p, f, s);
+          if (err != cudaErrorNotSupported) return err;
+        }
       }
 #endif
       return run_bwd_hdim<kDType, D>(for_kernel<D>(p), f, s);

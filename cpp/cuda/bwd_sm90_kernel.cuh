@@ -41,7 +41,6 @@
 #include <cute/container/array_aligned.hpp>
 #include <cutlass/arch/barrier.h>
 
-#include "cuda/bwd_dq_order.cuh"   // load_acquire, add_release (deterministic mode)
 #include "cuda/bwd_kernel.cuh"      // cp_async4, store_acc, lse_to_log2, preprocess / convert
 #include "cuda/fwd_sm90_kernel.cuh" // wgmma_issue, PAsALayout
 #include "cuda/utils.cuh"           // load_tile, acc_rowcol_layout, convert_regs
@@ -62,6 +61,16 @@ __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.comm
 __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 
+// Deterministic mode's dQ ordering counters (gpu scope).
+__device__ __forceinline__ int load_acquire(const int* ptr) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(ptr) : "memory");
+  return v;
+}
+__device__ __forceinline__ void add_release(int* ptr, int v) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(ptr), "r"(v) : "memory");
+}
+__device__ __forceinline__ void fence_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
 
 // kDqBulk: dQ through smem and bulk reduce copies (measured +5-7% over the
 // atomics at d128). kEarlyDv: dV += P^T dO is issued as soon as P^T is

@@ -12,7 +12,6 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda/bwd_launch_template.cuh"  // rows_grid, BwdLaunchFlags
-#include "cuda/bwd_dq_order.cuh"  // order_rotation
 #include "cuda/bwd_sm90_kernel.cuh"
 #include "cuda/sm90_ready.h"
 
@@ -28,6 +27,24 @@ template <class Traits>
 bool sm90_bwd_ready() {
   static std::atomic<unsigned long long> state{0};
   return sm90_kernel_ready(&bwd_sm90_dkdv_kernel<Traits>, Traits::kSmemBytes, state);
+}
+
+// Deterministic mode, not causal: the stride between the first query tiles
+// of successive key-tile CTAs (the kernel's dq_rotate), or 0 for none. A CTA
+// then may wait for one of lower key tile, which launches after it; so only
+// when a whole row of key tiles fits on half the SMs, which leaves room for
+// it to become resident (else the plain highest-first order, whose waits all
+// point at CTAs launched earlier).
+inline int order_rotation(const BwdParams& p, int block_m, int block_n) {
+  if (p.causal) return 0;
+  const int n_blocks = (p.seqlen_k + block_n - 1) / block_n;
+  const int m_tiles = (p.seqlen_q + block_m - 1) / block_m;
+  if (n_blocks < 2 || n_blocks > m_tiles) return 0;
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    return 0;
+  return 2 * n_blocks <= sms ? m_tiles / n_blocks : 0;
 }
 
 template <class Traits>

@@ -41,8 +41,6 @@
 #include <cute/container/array_aligned.hpp>
 #include <cutlass/arch/barrier.h>
 
-#include "cuda/bwd_dispatch.h"     // kBwdOrderRows
-#include "cuda/bwd_dq_order.cuh"   // load_acquire, add_release (deterministic mode)
 #include "cuda/bwd_kernel.cuh"      // cp_async4, store_acc, lse_to_log2, preprocess / convert
 #include "cuda/fwd_sm90_kernel.cuh" // wgmma_issue
 #include "cuda/utils.cuh"           // load_tile, acc_rowcol_layout, convert_regs
@@ -153,8 +151,7 @@ struct BwdSm90WideTraits {
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kNThreads, 1)
 bwd_sm90_wide_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restrict__ dsum,
-                          float* __restrict__ dq_accum, int* __restrict__ dq_order, const bool dq_rotate,
-                          const bool pair_ok) {
+                          float* __restrict__ dq_accum, const bool pair_ok) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Element = typename Traits::Element;
   constexpr int M = Traits::kBlockM, N = Traits::kBlockN, D = Traits::kHeadDim;
@@ -166,13 +163,8 @@ bwd_sm90_wide_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __re
   const int tid = threadIdx.x;
   const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);  // warp-uniform
   const int wtid = tid % 128;
+  const int nb = blockIdx.x, hkv = blockIdx.y, b = blockIdx.z;
   const int Sq = p.seqlen_q, Sk = p.seqlen_k;
-  // Deterministic mode (dq_order): the dQ adds into each query tile go in a
-  // fixed order, as in bwd_sm90_kernel.cuh (which says why CTAs launch
-  // highest key tile first).
-  const int n_blocks = (Sk + Traits::kBlockN - 1) / Traits::kBlockN;
-  const int nb = dq_order ? n_blocks - 1 - int(blockIdx.x) : int(blockIdx.x);
-  const int hkv = blockIdx.y, b = blockIdx.z;
   const int group = p.heads_q / p.heads_kv;
   const int n0 = nb * N;
   // Causal (top-left aligned: key j visible to query i iff j <= i): query
@@ -182,32 +174,7 @@ bwd_sm90_wide_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __re
   const int nm = m_end > m_begin ? m_end - m_begin : 0;
   const int total = group * nm;
   // Step `it` of this CTA -> (head, query tile) index, kStagger rotated.
-  const bool stagger = dq_order ? dq_rotate : Traits::kStagger;
-  const int it0 = stagger && total > 0 ? nb % total : 0;
-  // Deterministic mode: wait until the CTAs before this one in the order of
-  // step `x`'s query tile have added theirs (thread 0), count ours later.
-  const int m_tiles = (Sq + kBwdOrderRows - 1) / kBwdOrderRows;
-  auto order_counter = [&](int h, int m0) {
-    return dq_order + (int64_t(b) * p.heads_q + h) * m_tiles + m0 / kBwdOrderRows;
-  };
-  auto wait_turn = [&](int x, int h, int m0) {
-    int rank;
-    if (dq_rotate) {  // the order in which the staggered CTAs reach pair x
-      const int k = min(n_blocks - 1, x);
-      rank = nb <= k ? k - nb : k + n_blocks - nb;
-    } else {  // highest key tile that sees the query tile first
-      const int mt = m0 / M;
-      rank = (p.causal ? min(n_blocks - 1, ((mt + 1) * M - 1) / N) : n_blocks - 1) - nb;
-    }
-    const int* c = order_counter(h, m0);
-    while (load_acquire(c) < rank) {
-    }
-  };
-  int* in_flight = nullptr;  // counter of the tile whose adds are to be counted
-  auto count_done = [&]() {  // after every thread's adds are fenced, and a barrier
-    if (tid == 0 && in_flight) add_release(in_flight, 1);
-    in_flight = nullptr;
-  };
+  const int it0 = Traits::kStagger && total > 0 ? nb % total : 0;
   auto step_index = [&](int it) { return it + it0 < total ? it + it0 : it + it0 - total; };
 
   Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
@@ -319,9 +286,7 @@ bwd_sm90_wide_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __re
     const int m0 = (m_begin + x % nm) * M;
     cp_async_wait<0>();
     cutlass::arch::fence_view_async_shared();  // cp.async -> wgmma reads
-    if (dq_order) __threadfence();  // the previous step's dQ adds, before they are counted
     __syncthreads();  // tile `it` landed; every wgmma of the previous step is done
-    if (dq_order) count_done();
     auto loads = [&]() {
       if (it + 1 < total) issue(it + 1, st ^ 1);
       cp_async_fence();
@@ -386,9 +351,7 @@ bwd_sm90_wide_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __re
       cute::copy(r2s, r2s_thr.retile_S(rdS), tdSsdSt);
       cutlass::arch::fence_view_async_shared();
     }
-    if (dq_order && tid == 0) wait_turn(x, h, m0);
-    __syncthreads();  // dS^T in smem (deterministic: and this CTA's turn to add dQ)
-    if (dq_order) in_flight = order_counter(h, m0);
+    __syncthreads();  // dS^T in smem
 
     // dQ (unscaled) added to the fp32 accumulator [b, h, row, D]: one
     // pointer per thread and literal offsets from it (the wgmma accumulator
@@ -465,11 +428,6 @@ bwd_sm90_wide_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __re
     ++it;
   }
   cp_async_wait<0>();  // nothing in flight at exit (no iterations: K, V)
-  if (dq_order) {
-    __threadfence();
-    __syncthreads();
-    count_done();
-  }
 
   Element* dk = static_cast<Element*>(p.dk) + b * p.dk_batch_stride + int64_t(n0) * p.dk_row_stride +
                 hkv * p.dk_head_stride;

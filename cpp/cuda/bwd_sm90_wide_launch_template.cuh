@@ -1,7 +1,7 @@
 // Host side of the Hopper (wgmma) wide-head backward (bwd_sm90_wide_kernel.cuh):
 // availability check, smem opt-in, launch sequence (the SM80 path's
 // preprocess and dQ convert kernels around the sm90 dK/dV kernel). Atomic
-// or deterministic (ordered dQ adds) mode, plain attention, head dim == the instantiated one, 16 B-aligned
+// dQ mode, plain attention, head dim == the instantiated one, 16 B-aligned
 // inputs; anything else answers cudaErrorNotSupported so that the caller
 // falls back to the SM80 kernels. Included only by instantiations/bwd_sm90_hdim256_*.cu.
 #pragma once
@@ -12,7 +12,6 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda/bwd_launch_template.cuh"  // rows_grid
-#include "cuda/bwd_dq_order.cuh"  // order_rotation
 #include "cuda/bwd_sm90_wide_kernel.cuh"
 #include "cuda/sm90_ready.h"
 
@@ -24,34 +23,18 @@ template <class Traits>
 cudaError_t launch_bwd_sm90_wide(const BwdParams& p, BwdLaunchFlags flags, cudaStream_t stream) {
   using Element = typename Traits::Element;
   constexpr int D = Traits::kHeadDim;
-  if (!flags.vec_ok || p.head_dim != D) return cudaErrorNotSupported;
-  if (p.deterministic && bwd_order_bytes(p, D) == 0) return cudaErrorNotSupported;
+  if (p.deterministic || !flags.vec_ok || p.head_dim != D) return cudaErrorNotSupported;
   static std::atomic<unsigned long long> ready{0};
   if (!sm90_kernel_ready(&bwd_sm90_wide_dkdv_kernel<Traits>, Traits::kSmemBytes, ready))
     return cudaErrorNotSupported;
   const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
-  char* ws = static_cast<char*>(p.workspace);
-  float* dsum = reinterpret_cast<float*>(ws);
-  float* accum = reinterpret_cast<float*>(ws + bwd_dsum_bytes(p));
-  int* order = nullptr;
-  bool rotate = false;
-  if (p.deterministic) {
-    static_assert(Traits::kBlockM == kBwdOrderRows);
-    order = reinterpret_cast<int*>(ws + bwd_dsum_bytes(p) + bwd_accum_bytes(p, D));
-    const cudaError_t err = cudaMemsetAsync(order, 0, bwd_order_bytes(p, D), stream);
-    if (err != cudaSuccess) return err;
-    // Staggered steps (one (head, query tile) pair apart) where the order
-    // rule allows it (order_rotation: not causal, a key-tile row fits half
-    // the SMs, fewer key tiles than steps).
-    const int steps = (p.heads_q / p.heads_kv) * ((p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM);
-    const int n_blocks = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
-    rotate = n_blocks <= steps && order_rotation(p, Traits::kBlockM, Traits::kBlockN) > 0;
-  }
+  float* dsum = static_cast<float*>(p.workspace);
+  float* accum = reinterpret_cast<float*>(static_cast<char*>(p.workspace) + bwd_dsum_bytes(p));
   if (rows > 0) bwd::bwd_preprocess_kernel<Element><<<bwd::rows_grid(rows), 256, 0, stream>>>(p, dsum, accum, D);
   if (p.seqlen_k > 0) {
     const dim3 grid((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN, p.heads_kv, p.batch);
     bwd_sm90_wide_dkdv_kernel<Traits><<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(
-        p, dsum, accum, order, rotate, flags.pair_ok);
+        p, dsum, accum, flags.pair_ok);
   }
   if (rows > 0) bwd::bwd_dq_convert_kernel<Element><<<bwd::rows_grid(rows), 256, 0, stream>>>(p, accum, D);
   return cudaGetLastError();
