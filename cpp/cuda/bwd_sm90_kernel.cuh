@@ -41,7 +41,8 @@
 #include <cute/container/array_aligned.hpp>
 #include <cutlass/arch/barrier.h>
 
-#include "cuda/bwd_kernel.cuh"      // cp_async4, store_acc, lse_to_log2, preprocess / convert
+#include "cuda/bwd_kernel.cuh"      // lse_to_log2, preprocess / convert
+#include "cuda/bwd_sm90_common.cuh" // smem layouts, tile loads, dK/dV store
 #include "cuda/fwd_sm90_kernel.cuh" // wgmma_issue, PAsALayout
 #include "cuda/utils.cuh"           // load_tile, acc_rowcol_layout, convert_regs
 #include "params.h"
@@ -110,21 +111,13 @@ struct BwdSm90Traits {
                            GMMA::Major::MN, GMMA::Major::MN>(),
       Layout<Shape<_1, _2, _1>>{}));
 
-  using SmemAtom = GMMA::Layout_K_SW128_Atom<Element>;
-  using SmemLayoutQ =
-      decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>, Int<kStages>>{}));
-  // (D, BM, stage) view of Q / dO: (d, m) -> Q(m, d).
-  using SmemLayoutQt = decltype(composition(
-      SmemLayoutQ{},
-      make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockM>, Int<kStages>>{}, Step<_2, _1, _3>{})));
-  using SmemLayoutK = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}));
-  using SmemLayoutKt = decltype(composition(
-      SmemLayoutK{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, Step<_2, _1>{})));
-  // dS^T stored (BN, BM), queries contiguous (written from the S^T
-  // accumulator); read as dS (BM, BN) for the dQ product.
-  using SmemLayoutdSt = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockN>, Int<kBlockM>>{}));
-  using SmemLayoutdS = decltype(composition(
-      SmemLayoutdSt{}, make_ordered_layout(Shape<Int<kBlockM>, Int<kBlockN>>{}, Step<_2, _1>{})));
+  using Layouts = BwdSm90SmemLayouts<Element, kHeadDim, kBlockM, kBlockN, kStages>;
+  using SmemLayoutQ = typename Layouts::SmemLayoutQ;
+  using SmemLayoutQt = typename Layouts::SmemLayoutQt;
+  using SmemLayoutK = typename Layouts::SmemLayoutK;
+  using SmemLayoutKt = typename Layouts::SmemLayoutKt;
+  using SmemLayoutdSt = typename Layouts::SmemLayoutSt;  // dS^T, read as dS for dQ
+  using SmemLayoutdS = typename Layouts::SmemLayoutdS;
 
   struct SharedStorage {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
@@ -194,36 +187,11 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
   auto gthr = gcopy.get_thread_slice(tid);
   Tensor cQ = gthr.partition_S(make_identity_tensor(Shape<Int<M>, Int<D>>{}));
   Tensor cK = gthr.partition_S(make_identity_tensor(Shape<Int<N>, Int<D>>{}));
-  {
-    const Element* kp = static_cast<const Element*>(p.k) + b * p.k_batch_stride +
-                        int64_t(n0) * p.k_row_stride + hkv * p.k_head_stride;
-    const Element* vp = static_cast<const Element*>(p.v) + b * p.v_batch_stride +
-                        int64_t(n0) * p.v_row_stride + hkv * p.v_head_stride;
-    Tensor gK = make_tensor(make_gmem_ptr(kp), Shape<Int<N>, Int<D>>{}, make_stride(p.k_row_stride, _1{}));
-    Tensor gV = make_tensor(make_gmem_ptr(vp), Shape<Int<N>, Int<D>>{}, make_stride(p.v_row_stride, _1{}));
-    fwd::load_tile<true, true>(gcopy, gthr.partition_S(gK), gthr.partition_D(sK), cK, Sk - n0, D);
-    fwd::load_tile<true, true>(gcopy, gthr.partition_S(gV), gthr.partition_D(sV), cK, Sk - n0, D);
-  }
+  load_kv_tile<Element>(gcopy, gthr, p, b, hkv, n0, sK, sV, cK);
   // Q, dO, lse, D of iteration `it` into stage `st`.
   auto issue = [&](int it, int st) {
-    const int h = hkv * group + it / nm;
-    const int m0 = m_tile(it) * M;
-    const Element* qp = static_cast<const Element*>(p.q) + b * p.q_batch_stride +
-                        int64_t(m0) * p.q_row_stride + h * p.q_head_stride;
-    const Element* dp = static_cast<const Element*>(p.dout) + b * p.do_batch_stride +
-                        int64_t(m0) * p.do_row_stride + h * p.do_head_stride;
-    Tensor gQ = make_tensor(make_gmem_ptr(qp), Shape<Int<M>, Int<D>>{}, make_stride(p.q_row_stride, _1{}));
-    Tensor gdO = make_tensor(make_gmem_ptr(dp), Shape<Int<M>, Int<D>>{}, make_stride(p.do_row_stride, _1{}));
-    fwd::load_tile<true, true>(gcopy, gthr.partition_S(gQ), gthr.partition_D(sQ(_, _, st)), cQ, Sq - m0, D);
-    fwd::load_tile<true, true>(gcopy, gthr.partition_S(gdO), gthr.partition_D(sdO(_, _, st)), cQ, Sq - m0, D);
-    const int64_t row_base = (int64_t(b) * p.heads_q + h) * Sq + m0;
-    if (tid < 2 * M) {
-      const int r = tid % M;
-      const bool valid = m0 + r < Sq;
-      const float* src = tid < M ? p.lse : dsum;
-      float* dst = tid < M ? &smem.lse[st][r] : &smem.dsum[st][r];
-      bwd::cp_async4(dst, src + (valid ? row_base + r : 0), valid);
-    }
+    load_q_tile<Element>(gcopy, gthr, tid, p, dsum, b, hkv * group + it / nm, m_tile(it) * M, Sq, sQ(_, _, st),
+                         sdO(_, _, st), cQ, smem.lse[st], smem.dsum[st]);
   };
   int it = 0;
   if (it < total) issue(it, 0);
@@ -440,12 +408,7 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
     }
   }
 
-  Element* dk = static_cast<Element*>(p.dk) + b * p.dk_batch_stride + int64_t(n0) * p.dk_row_stride +
-                hkv * p.dk_head_stride;
-  Element* dv = static_cast<Element*>(p.dv) + b * p.dv_batch_stride + int64_t(n0) * p.dv_row_stride +
-                hkv * p.dv_head_stride;
-  bwd::store_acc(acc_dk, tKVc, dk, p.dk_row_stride, Sk - n0, D, p.scale, pair_ok);
-  bwd::store_acc(acc_dv, tKVc, dv, p.dv_row_stride, Sk - n0, D, 1.f, pair_ok);
+  store_dkdv<Element, D>(acc_dk, acc_dv, tKVc, p, b, hkv, n0, Sk - n0, pair_ok);
 #else
 #if defined(__CUDA_ARCH__)
   __trap();  // not built for sm_90a: the host never launches this

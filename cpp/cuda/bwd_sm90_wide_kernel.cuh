@@ -41,7 +41,8 @@
 #include <cute/container/array_aligned.hpp>
 #include <cutlass/arch/barrier.h>
 
-#include "cuda/bwd_kernel.cuh"      // cp_async4, store_acc, lse_to_log2, preprocess / convert
+#include "cuda/bwd_kernel.cuh"      // lse_to_log2, preprocess / convert
+#include "cuda/bwd_sm90_common.cuh" // smem layouts, tile loads, dK/dV store
 #include "cuda/fwd_sm90_kernel.cuh" // wgmma_issue
 #include "cuda/utils.cuh"           // load_tile, acc_rowcol_layout, convert_regs
 #include "params.h"
@@ -114,20 +115,13 @@ struct BwdSm90WideTraits {
                            GMMA::Major::MN, GMMA::Major::MN>(),
       Layout<Shape<_1, _2, _1>>{}));
 
-  using SmemAtom = GMMA::Layout_K_SW128_Atom<Element>;
-  using SmemLayoutQ =
-      decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>, Int<kStages>>{}));
-  using SmemLayoutQt = decltype(composition(
-      SmemLayoutQ{},
-      make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockM>, Int<kStages>>{}, Step<_2, _1, _3>{})));
-  using SmemLayoutK = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}));
-  using SmemLayoutKt = decltype(composition(
-      SmemLayoutK{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, Step<_2, _1>{})));
-  // P^T and dS^T stored (BN, BM), queries contiguous (written from the
-  // S^T / dP^T accumulators); dS^T also read as dS (BM, BN) for dQ.
-  using SmemLayoutPt = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockN>, Int<kBlockM>>{}));
-  using SmemLayoutdS = decltype(composition(
-      SmemLayoutPt{}, make_ordered_layout(Shape<Int<kBlockM>, Int<kBlockN>>{}, Step<_2, _1>{})));
+  using Layouts = BwdSm90SmemLayouts<Element, kHeadDim, kBlockM, kBlockN, kStages>;
+  using SmemLayoutQ = typename Layouts::SmemLayoutQ;
+  using SmemLayoutQt = typename Layouts::SmemLayoutQt;
+  using SmemLayoutK = typename Layouts::SmemLayoutK;
+  using SmemLayoutKt = typename Layouts::SmemLayoutKt;
+  using SmemLayoutPt = typename Layouts::SmemLayoutSt;  // P^T and dS^T; read as dS for dQ
+  using SmemLayoutdS = typename Layouts::SmemLayoutdS;
 
   struct SharedStorage {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
@@ -192,40 +186,15 @@ bwd_sm90_wide_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __re
   typename Traits::GmemCopyIn gcopy;
   auto gthr = gcopy.get_thread_slice(tid);
   Tensor cK = gthr.partition_S(make_identity_tensor(Shape<Int<N>, Int<D>>{}));
-  {
-    const Element* kp = static_cast<const Element*>(p.k) + b * p.k_batch_stride +
-                        int64_t(n0) * p.k_row_stride + hkv * p.k_head_stride;
-    const Element* vp = static_cast<const Element*>(p.v) + b * p.v_batch_stride +
-                        int64_t(n0) * p.v_row_stride + hkv * p.v_head_stride;
-    Tensor gK = make_tensor(make_gmem_ptr(kp), Shape<Int<N>, Int<D>>{}, make_stride(p.k_row_stride, _1{}));
-    Tensor gV = make_tensor(make_gmem_ptr(vp), Shape<Int<N>, Int<D>>{}, make_stride(p.v_row_stride, _1{}));
-    fwd::load_tile<true, true>(gcopy, gthr.partition_S(gK), gthr.partition_D(sK), cK, Sk - n0, D);
-    fwd::load_tile<true, true>(gcopy, gthr.partition_S(gV), gthr.partition_D(sV), cK, Sk - n0, D);
-  }
+  load_kv_tile<Element>(gcopy, gthr, p, b, hkv, n0, sK, sV, cK);
   // Q, dO, lse, D of iteration `it` into stage `st`, by the threads of
   // `gc` (t: the thread's index among them, >= 2 M of them).
   auto issue_by = [&](auto const& gc, int t, int it, int st) {
     auto gt = gc.get_thread_slice(t);
     Tensor cQt = gt.partition_S(make_identity_tensor(Shape<Int<M>, Int<D>>{}));
     const int x = step_index(it);
-    const int h = hkv * group + x / nm;
-    const int m0 = (m_begin + x % nm) * M;
-    const Element* qp = static_cast<const Element*>(p.q) + b * p.q_batch_stride +
-                        int64_t(m0) * p.q_row_stride + h * p.q_head_stride;
-    const Element* dp = static_cast<const Element*>(p.dout) + b * p.do_batch_stride +
-                        int64_t(m0) * p.do_row_stride + h * p.do_head_stride;
-    Tensor gQ = make_tensor(make_gmem_ptr(qp), Shape<Int<M>, Int<D>>{}, make_stride(p.q_row_stride, _1{}));
-    Tensor gdO = make_tensor(make_gmem_ptr(dp), Shape<Int<M>, Int<D>>{}, make_stride(p.do_row_stride, _1{}));
-    fwd::load_tile<true, true>(gc, gt.partition_S(gQ), gt.partition_D(sQ(_, _, st)), cQt, Sq - m0, D);
-    fwd::load_tile<true, true>(gc, gt.partition_S(gdO), gt.partition_D(sdO(_, _, st)), cQt, Sq - m0, D);
-    const int64_t row_base = (int64_t(b) * p.heads_q + h) * Sq + m0;
-    if (t < 2 * M) {
-      const int r = t % M;
-      const bool valid = m0 + r < Sq;
-      const float* src = t < M ? p.lse : dsum;
-      float* dst = t < M ? &smem.lse[st][r] : &smem.dsum[st][r];
-      bwd::cp_async4(dst, src + (valid ? row_base + r : 0), valid);
-    }
+    load_q_tile<Element>(gc, gt, t, p, dsum, b, hkv * group + x / nm, (m_begin + x % nm) * M, Sq, sQ(_, _, st),
+                         sdO(_, _, st), cQt, smem.lse[st], smem.dsum[st]);
   };
   auto issue = [&](int it, int st) { issue_by(gcopy, tid, it, st); };
   int it = 0;
@@ -429,12 +398,7 @@ bwd_sm90_wide_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __re
   }
   cp_async_wait<0>();  // nothing in flight at exit (no iterations: K, V)
 
-  Element* dk = static_cast<Element*>(p.dk) + b * p.dk_batch_stride + int64_t(n0) * p.dk_row_stride +
-                hkv * p.dk_head_stride;
-  Element* dv = static_cast<Element*>(p.dv) + b * p.dv_batch_stride + int64_t(n0) * p.dv_row_stride +
-                hkv * p.dv_head_stride;
-  bwd::store_acc(acc_dk, tKVc, dk, p.dk_row_stride, Sk - n0, D, p.scale, pair_ok);
-  bwd::store_acc(acc_dv, tKVc, dv, p.dv_row_stride, Sk - n0, D, 1.f, pair_ok);
+  store_dkdv<Element, D>(acc_dk, acc_dv, tKVc, p, b, hkv, n0, Sk - n0, pair_ok);
 #else
 #if defined(__CUDA_ARCH__)
   __trap();  // not built for sm_90a: the host never launches this
