@@ -5,11 +5,11 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 import jax_flash
 from jax_flash.reference import attention_reference_grad_np, attention_reference_np
-from helpers import assert_fa_close, naive_grads_in_dtype, naive_in_dtype, random_qkv
+from helpers import assert_fa_close, design_grad_errors, naive_grads_in_dtype, naive_in_dtype, random_qkv
 
 
 @st.composite
@@ -31,6 +31,9 @@ def configs(draw):
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(configs())
+# Found by CI: row 1 sees two keys that nearly coincide, so its dq cancels and
+# the error of D taken from the bf16 O (design_grad_errors) dominates.
+@example(dict(batch=1, sq=2, sk=142, hkv=1, hq=2, d=2, dtype=jnp.bfloat16, causal=True, scale=None, seed=67))
 def test_random_configs_match_reference(c):
     q, k, v = random_qkv(c["seed"], c["batch"], c["sq"], c["sk"], c["hq"], c["hkv"], c["d"], c["dtype"])
     causal, scale = c["causal"], c["scale"]
@@ -49,5 +52,6 @@ def test_random_configs_match_reference(c):
     # dq and dk cancel to ~0 when a row sees one key: scale their slack by the
     # gradients' overall size (dv), not by their own.
     size = max(float(np.max(np.abs(r))) for r in refs) if refs[0].size else 0.0
-    for name, g, r, n in zip(("dq", "dk", "dv"), grads, refs, naive):
-        assert_fa_close(name, g, r, n, magnitude=size)
+    design = design_grad_errors(q, k, v, do, causal, scale)
+    for name, g, r, n, e in zip(("dq", "dk", "dv"), grads, refs, naive, design):
+        assert_fa_close(name, g, r, n, magnitude=size, design_err=e)
