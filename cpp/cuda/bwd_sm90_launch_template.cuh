@@ -11,16 +11,13 @@
 
 #include <cuda_runtime_api.h>
 
-#include "cuda/bwd_launch_template.cuh"  // rows_grid, BwdLaunchFlags
+#include "cuda/bwd_launch_template.cuh"  // rows_grid, ElementOf, BwdLaunchFlags
 #include "cuda/bwd_sm90_kernel.cuh"
 #include "cuda/sm90_ready.h"
 
 namespace jax_flash::cuda {
 
 namespace bwd90 {
-
-template <DType kDType>
-using ElementOf = std::conditional_t<kDType == DType::kFloat16, cutlass::half_t, cutlass::bfloat16_t>;
 
 // This instantiation can run here (cached per device; cuda/sm90_ready.h).
 template <class Traits>
@@ -87,7 +84,7 @@ inline constexpr int kBwdSm90BlockM = kHeadDim <= 64 ? 128 : 64;
 // Plain attention, vector-aligned inputs (else NotSupported).
 template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_sm90_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream) {
-  using Traits = bwd90::BwdSm90Traits<kHeadDim, bwd90::ElementOf<kDType>, true, false, false,
+  using Traits = bwd90::BwdSm90Traits<kHeadDim, bwd::ElementOf<kDType>, true, false, false,
                                       kBwdSm90BlockM<kHeadDim>>;
   return bwd90::launch_bwd_sm90<Traits>(params, flags, stream);
 }

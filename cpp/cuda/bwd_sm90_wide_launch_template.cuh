@@ -7,11 +7,10 @@
 #pragma once
 
 #include <atomic>
-#include <type_traits>
 
 #include <cuda_runtime_api.h>
 
-#include "cuda/bwd_launch_template.cuh"  // rows_grid
+#include "cuda/bwd_launch_template.cuh"  // rows_grid, ElementOf
 #include "cuda/bwd_sm90_wide_kernel.cuh"
 #include "cuda/sm90_ready.h"
 
@@ -44,8 +43,8 @@ cudaError_t launch_bwd_sm90_wide(const BwdParams& p, BwdLaunchFlags flags, cudaS
 
 template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_sm90_wide_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream) {
-  using Element = std::conditional_t<kDType == DType::kFloat16, cutlass::half_t, cutlass::bfloat16_t>;
-  return bwd90::launch_bwd_sm90_wide<bwd90::BwdSm90WideTraits<kHeadDim, Element>>(params, flags, stream);
+  return bwd90::launch_bwd_sm90_wide<bwd90::BwdSm90WideTraits<kHeadDim, bwd::ElementOf<kDType>>>(params, flags,
+                                                                                             stream);
 }
 
 }  // namespace jax_flash::cuda
