@@ -113,6 +113,21 @@ def _seg_ids(rng, b, s):
     return ids
 
 
+def _seg_runs(rng, b, s):
+    """Runs of 40-400 tokens labelled from {0..3} at random: an id recurs
+    after others, so a key tile's documents can sit on both sides of query
+    tiles that share none of them (the skips between the first and the last
+    query tile a key tile meets)."""
+    ids = np.zeros((b, s), np.int32)
+    for bb in range(b):
+        pos = 0
+        while pos < s:
+            n = int(rng.integers(40, 400))
+            ids[bb, pos:pos + n] = int(rng.integers(0, 4))
+            pos += n
+    return ids
+
+
 def _make_case(name, b, sq, sk, hq, hkv, d, seed=0):
     rng = np.random.default_rng(seed)
     opts = {}
@@ -137,6 +152,11 @@ def _make_case(name, b, sq, sk, hq, hkv, d, seed=0):
     if "segments" in name:
         qs = _seg_ids(rng, b, sq)
         ks = qs if sq == sk else _seg_ids(rng, b, sk)
+        opts["q_segment_ids"] = jnp.asarray(qs)
+        opts["kv_segment_ids"] = jnp.asarray(ks)
+    if "segruns" in name:
+        qs = _seg_runs(rng, b, sq)
+        ks = qs if sq == sk else _seg_runs(rng, b, sk)
         opts["q_segment_ids"] = jnp.asarray(qs)
         opts["kv_segment_ids"] = jnp.asarray(ks)
     if "alibi" in name:
@@ -190,6 +210,11 @@ CASES = [
     ("batchoff causal", 3, 111, 260, 2, 1, 64),
     ("window batchoff lengths", 3, 190, 230, 2, 2, 64),
     ("causal window segments lengths softcap alibi dropout", 3, 201, 199, 4, 2, 128),
+    # masks-only options over many tiles (the Hopper backward at 64 / 128:
+    # query-tile narrowing, skipped tiles, tiles straddling documents)
+    ("segruns causal", 2, 1100, 1100, 2, 1, 128),
+    ("segruns lengths", 2, 900, 1000, 4, 2, 64),
+    ("segments causal window batchoff", 2, 700, 700, 2, 2, 128),
     # head dims without their own variants kernels (run zero-padded on 128 / 256 / 64)
     ("causal window", 2, 150, 170, 4, 2, 96),
     ("softcap lengths", 2, 133, 129, 2, 1, 160),

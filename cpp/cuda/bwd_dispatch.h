@@ -36,6 +36,13 @@ cudaError_t run_bwd_varm_hdim(const BwdParams& params, BwdLaunchFlags flags, cud
 template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_sm90_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream);
 
+// Masks-only variants (window, lengths, query offsets, segment ids) on the
+// Hopper kernel, atomic mode (instantiations/bwd_sm90_masks_*.cu, built with
+// the variants units of head dims 64 / 128 when the archs include 90a);
+// cudaErrorNotSupported where it does not apply.
+template <DType kDType, int kHeadDim>
+cudaError_t run_bwd_sm90_masks_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream);
+
 // Same for head dim 256 (bwd_sm90_wide_kernel.cuh: the warpgroups split the
 // head dim; instantiations/bwd_sm90_hdim256_*.cu).
 template <DType kDType, int kHeadDim>

@@ -72,6 +72,14 @@ cudaError_t dispatch_bwd(const BwdParams& p, BwdLaunchFlags f, cudaStream_t s) {
                      !(p.dropout_rate > 0.f && p.dropout_seed != nullptr);
   return dispatch_head_dim<true>(p.head_dim, [&](auto d) {
     constexpr int D = decltype(d)::value;
+#if defined(JAX_FLASH_BWD_SM90)
+    if constexpr (D == 64 || D == 128) {
+      if (masks) {
+        const cudaError_t err = run_bwd_sm90_masks_hdim<kDType, D>(p, f, s);
+        if (err != cudaErrorNotSupported) return err;
+      }
+    }
+#endif
     return masks ? run_bwd_varm_hdim<kDType, D>(for_kernel<D>(p), f, s)
                  : run_bwd_var_hdim<kDType, D>(for_kernel<D>(p), f, s);
   });

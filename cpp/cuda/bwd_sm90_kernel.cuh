@@ -22,6 +22,12 @@
 // round trip; only dQ does. The preprocess (D = rowsum(dO O), accumulator
 // clear) and convert kernels are the SM80 path's.
 //
+// kMasks: the masks-only variants (window, lengths, query offsets, segment
+// ids; cuda::Variant) as in the SM80 masks kernel: the query-tile range
+// from the band and lengths, query tiles whose ids cannot meet the key
+// tile's skipped, element masks on the tiles that need them only. Atomic
+// mode only. Off, the code is the plain kernel's.
+//
 // Deterministic mode (dq_order != nullptr) is the same kernel with the dQ
 // reduces of each query tile put in a fixed order: highest key tile first.
 // One counter per (batch, q head, query tile) counts the reduces done; a CTA
@@ -43,6 +49,7 @@
 
 #include "cuda/bwd_kernel.cuh"      // lse_to_log2, preprocess / convert
 #include "cuda/bwd_sm90_common.cuh" // smem layouts, tile loads, dK/dV store
+#include "cuda/bwd_sm90_masks.cuh"  // (kMasks) segment scan, mask smem
 #include "cuda/fwd_sm90_kernel.cuh" // wgmma_issue, PAsALayout
 #include "cuda/utils.cuh"           // load_tile, acc_rowcol_layout, convert_regs
 #include "params.h"
@@ -78,11 +85,12 @@ __device__ __forceinline__ void fence_async_global() { asm volatile("fence.proxy
 // ready, so the dS^T math runs under it. kLateLoads: the next tile's
 // cp.async loads are issued behind the S^T / dP^T wgmmas, not before them.
 // kBlockM: query rows per step (128 at d64, where 64 leaves each step too
-// little work to cover its two CTA barriers).
+// little work to cover its two CTA barriers). kMasks: masks-only variants.
 template <int kHeadDim_, typename Element_, bool kDqBulk_ = true, bool kEarlyDv_ = false,
-          bool kLateLoads_ = false, int kBlockM_ = 64>
+          bool kLateLoads_ = false, int kBlockM_ = 64, bool kMasks_ = false>
 struct BwdSm90Traits {
   using Element = Element_;
+  static constexpr bool kMasks = kMasks_;
   static constexpr bool kDqBulk = kDqBulk_;
   static constexpr bool kEarlyDv = kEarlyDv_;
   static constexpr bool kLateLoads = kLateLoads_;
@@ -130,7 +138,9 @@ struct BwdSm90Traits {
     float lse[kStages][kBlockM];
     float dsum[kStages][kBlockM];
   };
-  static constexpr int kSmemBytes = int(sizeof(SharedStorage));
+  // (kMasks) BwdSm90MaskSmem follows SharedStorage.
+  using MaskSmem = BwdSm90MaskSmem<kBlockM, kBlockN, kStages>;
+  static constexpr int kSmemBytes = int(sizeof(SharedStorage)) + (kMasks ? int(sizeof(MaskSmem)) : 0);
 
   using GmemCopyIn = typename fwd::GmemTileCopies<Element, kHeadDim, kNThreads>::In;
   using SmemCopyAtomdS = Copy_Atom<UniversalCopy<uint32_t>, Element>;
@@ -146,9 +156,11 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
   using Element = typename Traits::Element;
   constexpr int M = Traits::kBlockM, N = Traits::kBlockN, D = Traits::kHeadDim;
   using Storage = typename Traits::SharedStorage;
+  constexpr bool kMasks = Traits::kMasks;
 
   extern __shared__ __align__(1024) char smem_raw[];
   Storage& smem = *reinterpret_cast<Storage*>(smem_raw);
+  [[maybe_unused]] auto& msmem = *reinterpret_cast<typename Traits::MaskSmem*>(smem_raw + sizeof(Storage));
 
   const int tid = threadIdx.x;
   const int Sq = p.seqlen_q, Sk = p.seqlen_k;
@@ -159,18 +171,29 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
   const int n0 = nb * N;
   // Causal (top-left aligned: key j visible to query i iff j <= i): query
   // tiles wholly above this key tile see none of it.
-  const int m_begin = p.causal ? n0 / M : 0;
-  const int m_end = (Sq + M - 1) / M;
-  const int nm = m_end > m_begin ? m_end - m_begin : 0;
-  const int total = group * nm;
-  // Query tile of iteration `it` (per q head of the group). With dq_rotate
-  // (deterministic, not causal) CTA nb starts at tile nb * dq_rotate and
-  // wraps around, so the CTAs of a key-tile row work on different query tiles
-  // at any one time instead of queueing on the same one.
-  auto m_tile = [&](int it) {
-    const int i = it % nm;
-    return dq_rotate ? (i + nb * dq_rotate) % nm : m_begin + i;
-  };
+  int m_begin = p.causal ? n0 / M : 0;
+  int m_end = (Sq + M - 1) / M;
+  // (kMasks) The band and the lengths bound the query tiles instead. The
+  // per-CTA mask values go to shared memory (msmem), read from there in the
+  // loop rather than held in registers across it.
+  using VarT = std::conditional_t<kMasks, Variant, bwd::NoVariantBwd>;
+  [[maybe_unused]] VarT var(p, b, hkv * group);
+  [[maybe_unused]] Variant::SegRange k_rng;
+  if constexpr (kMasks) {
+    var.template query_tiles<M>(n0, n0 + N - 1, m_begin, m_end);
+    k_rng = var.k_range(n0, N);
+    if (tid == 0) {
+      msmem.q_len = var.q_len;
+      msmem.kv_len = var.kv_len;
+      msmem.offset = var.offset;
+      msmem.k_mn = k_rng.mn;
+      msmem.k_mx = k_rng.mx;
+      msmem.one_id = 0;
+    }
+    if (tid < N) msmem.kseg[tid] = var.segments() && n0 + tid < Sk ? int(p.kv_segment_ids[int64_t(b) * Sk + n0 + tid]) : 0;
+  }
+  int nm = m_end > m_begin ? m_end - m_begin : 0;
+  int total = group * nm;
 
   Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
   Tensor sQt = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQt{});
@@ -188,12 +211,73 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
   Tensor cQ = gthr.partition_S(make_identity_tensor(Shape<Int<M>, Int<D>>{}));
   Tensor cK = gthr.partition_S(make_identity_tensor(Shape<Int<N>, Int<D>>{}));
   load_kv_tile<Element>(gcopy, gthr, p, b, hkv, n0, sK, sV, cK);
-  // Q, dO, lse, D of iteration `it` into stage `st`.
-  auto issue = [&](int it, int st) {
-    load_q_tile<Element>(gcopy, gthr, tid, p, dsum, b, hkv * group + it / nm, m_tile(it) * M, Sq, sQ(_, _, st),
-                         sdO(_, _, st), cQ, smem.lse[st], smem.dsum[st]);
+  if constexpr (kMasks) {
+    if (var.seg_ranges() && m_end > m_begin) {
+      narrow_query_tiles<M, Traits::kNThreads>(var, p, b, k_rng, tid, msmem, m_begin, m_end);
+      nm = m_end > m_begin ? m_end - m_begin : 0;
+      total = group * nm;
+    }
+    __syncthreads();  // msmem's values
+  }
+  // Query tile of iteration `it` (per q head of the group). With dq_rotate
+  // (deterministic, not causal) CTA nb starts at tile nb * dq_rotate and
+  // wraps around, so the CTAs of a key-tile row work on different query tiles
+  // at any one time instead of queueing on the same one.
+  auto m_tile = [&](int it) {
+    const int i = it % nm;
+    return dq_rotate ? (i + nb * dq_rotate) % nm : m_begin + i;
   };
+  // Q, dO, lse, D of iteration `it` into stage `st` (kMasks with segment
+  // ids: the query ids too).
+  auto issue = [&](int it, int st) {
+    const int h = hkv * group + it / nm, m0 = m_tile(it) * M;
+    load_q_tile<Element>(gcopy, gthr, tid, p, dsum, b, h, m0, Sq, sQ(_, _, st), sdO(_, _, st), cQ,
+                         smem.lse[st], smem.dsum[st]);
+    if constexpr (kMasks) {
+      if (p.q_segment_ids && p.kv_segment_ids && tid < M) {
+        const bool valid = m0 + tid < Sq;
+        bwd::cp_async4(&msmem.qseg[st][tid], p.q_segment_ids + int64_t(b) * Sq + (valid ? m0 + tid : 0), valid);
+      }
+    }
+  };
+  // (kMasks) The iteration after `i`, past query tiles whose ids cannot meet
+  // the key tile's; fl gets its tile's mask flags (tile_flags).
+  [[maybe_unused]] auto next_it = [&](int i, int& fl) {
+    ++i;
+    if constexpr (kMasks) {
+      const Variant v = msmem.variant(p, b);
+      const Variant::SegRange kr = msmem.k_rng();
+      Variant::SegRange qr;
+      if (msmem.one_id) {
+        qr = kr;  // every tile met holds the key tile's one id
+      } else if (v.segments()) {
+        for (; i < total; ++i) {
+          qr = v.q_range(m_tile(i) * M, M);
+          if (!Variant::disjoint(qr, kr)) break;
+        }
+      }
+      if (i < total) fl = tile_flags(v, m_tile(i) * M, M, n0, N, qr, kr);
+    }
+    return i;
+  };
+  // (kMasks) Step k's iteration and tile flags are in msmem.ring[k % 4]:
+  // step k reads the next one's iteration there (its loads) and, under its
+  // first wgmmas, searches the one after (so the id-range loads stay off the
+  // critical path); in shared memory rather than registers, which the loop
+  // has none to spare for.
   int it = 0;
+  [[maybe_unused]] int step = 0;
+  if constexpr (kMasks) {
+    int f0 = 0, f1 = 0;
+    it = next_it(-1, f0);
+    const int it1 = next_it(it, f1);
+    if (tid == 0) {
+      msmem.ring[0][0] = it;
+      msmem.ring[0][1] = f0;
+      msmem.ring[1][0] = it1;
+      msmem.ring[1][1] = f1;
+    }
+  }
   if (it < total) issue(it, 0);
   cp_async_fence();  // group: K, V, first Q tile
 
@@ -215,6 +299,9 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
 
   Tensor tSc = thr_sdp.partition_C(make_identity_tensor(Shape<Int<N>, Int<M>>{}));
   Tensor tSc_rc = make_tensor(tSc.data(), fwd::acc_rowcol_layout(tSc.layout()));
+  // (kMasks) Thread 0's coordinates (compile-time values; masked_probs_t).
+  [[maybe_unused]] Tensor tSc0 = mma_sdp.get_thread_slice(0).partition_C(make_identity_tensor(Shape<Int<N>, Int<M>>{}));
+  [[maybe_unused]] Tensor tSc0_rc = make_tensor(tSc0.data(), fwd::acc_rowcol_layout(tSc0.layout()));
   Tensor tKVc = thr_dkv.partition_C(make_identity_tensor(Shape<Int<N>, Int<D>>{}));
   Tensor tdQc = thr_dq.partition_C(make_identity_tensor(Shape<Int<M>, Int<D>>{}));
 
@@ -284,7 +371,12 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
       if (dq_order && dq_h >= 0) in_flight = order_counter(dq_h, dq_m0);
     }
     auto loads = [&]() {
-      if (it + 1 < total) issue(it + 1, st ^ 1);
+      if constexpr (kMasks) {
+        const int it_next = msmem.ring[(step + 1) & 3][0];
+        if (it_next < total) issue(it_next, st ^ 1);
+      } else {
+        if (it + 1 < total) issue(it + 1, st ^ 1);
+      }
       cp_async_fence();
     };
     if constexpr (!Traits::kLateLoads) loads();
@@ -293,6 +385,14 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
     fwd::wgmma_issue<true, false>(mma_sdp, tSrK, tSrQ(_, _, _, st), acc_s);
     fwd::wgmma_issue<true, false>(mma_sdp, tSrV, tSrdO(_, _, _, st), acc_dp);
     if constexpr (Traits::kLateLoads) loads();
+    if constexpr (kMasks) {  // under the wgmmas
+      int f = 0;
+      const int it_nn = next_it(msmem.ring[(step + 1) & 3][0], f);
+      if (tid == 0) {
+        msmem.ring[(step + 2) & 3][0] = it_nn;
+        msmem.ring[(step + 2) & 3][1] = f;
+      }
+    }
     warpgroup_wait<1>();
     warpgroup_fence_operand(acc_s);
 
@@ -300,20 +400,27 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
     Tensor s = make_tensor(acc_s.data(), fwd::acc_rowcol_layout(acc_s.layout()));
     const float* lse_st = smem.lse[st];
     const float* dsum_st = smem.dsum[st];
-    const bool mask = (p.causal && m0 < n0 + N - 1) || n0 + N > Sk || m0 + M > Sq;
+    if constexpr (kMasks) {
+      const int flags = msmem.ring[step & 3][1];
+      const bool mask = flags & kTileMask;
+      masked_probs_t(s, tSc_rc, tSc0_rc, lse_st, msmem.qseg[st], msmem.kseg, scale_log2, mask,
+                     mask && (flags & kTileSeg), msmem.variant(p, b).tile_mask(m0, n0));
+    } else {
+      const bool mask = (p.causal && m0 < n0 + N - 1) || n0 + N > Sk || m0 + M > Sq;
 #pragma unroll
-    for (int c = 0; c < size<1>(s); ++c) {
-      const int qc = get<1>(tSc_rc(0, c));
-      const float l2 = bwd::lse_to_log2(lse_st[qc]);
+      for (int c = 0; c < size<1>(s); ++c) {
+        const int qc = get<1>(tSc_rc(0, c));
+        const float l2 = bwd::lse_to_log2(lse_st[qc]);
 #pragma unroll
-      for (int r = 0; r < size<0>(s); ++r) {
-        float pv = exp2f(s(r, c) * scale_log2 - l2);
-        if (mask) {
-          const int key = n0 + get<0>(tSc_rc(r, c)), query = m0 + qc;
-          const bool keep = key < Sk && query < Sq && (!p.causal || key <= query);
-          pv = keep ? pv : 0.f;
+        for (int r = 0; r < size<0>(s); ++r) {
+          float pv = exp2f(s(r, c) * scale_log2 - l2);
+          if (mask) {
+            const int key = n0 + get<0>(tSc_rc(r, c)), query = m0 + qc;
+            const bool keep = key < Sk && query < Sq && (!p.causal || key <= query);
+            pv = keep ? pv : 0.f;
+          }
+          s(r, c) = pv;
         }
-        s(r, c) = pv;
       }
     }
     // At 128 query rows the bf16 P^T is made only after dS^T, so that the
@@ -390,7 +497,12 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
           atomicAdd(reinterpret_cast<float2*>(base + int64_t(r) * D + c), make_float2(acc_dq(i), acc_dq(i + 1)));
       }
     }
-    ++it;
+    if constexpr (kMasks) {
+      it = msmem.ring[(step + 1) & 3][0];
+      ++step;
+    } else {
+      ++it;
+    }
   }
   cp_async_wait<0>();  // nothing in flight at exit (no iterations: K, V)
   if constexpr (Traits::kDqBulk) {

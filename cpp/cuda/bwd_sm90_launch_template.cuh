@@ -1,9 +1,10 @@
 // Host side of the Hopper (wgmma) backward: availability check, smem
 // opt-in, launch sequence (the SM80 path's preprocess and dQ convert kernels
-// around the sm90 dK/dV kernel). Plain attention, head dim == the
-// instantiated one, 16 B-aligned inputs, atomic or deterministic (ordered dQ
-// reduces) mode; anything else answers cudaErrorNotSupported so the caller
-// can fall back to run_bwd_hdim.
+// around the sm90 dK/dV kernel). Head dim == the instantiated one, 16
+// B-aligned inputs; plain attention in atomic or deterministic (ordered dQ
+// reduces) mode, or masks-only variants in atomic mode; anything else
+// answers cudaErrorNotSupported so the caller can fall back to the SM80
+// kernels.
 // Included only by instantiations/bwd_sm90_*.cu.
 #pragma once
 
@@ -49,6 +50,10 @@ cudaError_t launch_bwd_sm90(const BwdParams& p, BwdLaunchFlags flags, cudaStream
   using Element = typename Traits::Element;
   constexpr int D = Traits::kHeadDim;
   if (!flags.vec_ok || p.head_dim != D) return cudaErrorNotSupported;
+  if constexpr (Traits::kMasks) {
+    // Masks-only variants, atomic mode (deterministic: the SM80 pair).
+    if (p.deterministic || !variant_masks_only(p)) return cudaErrorNotSupported;
+  }
   if (p.deterministic && (!Traits::kDqBulk || bwd_order_bytes(p, D) == 0)) return cudaErrorNotSupported;
   if (!sm90_bwd_ready<Traits>()) return cudaErrorNotSupported;
   const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
@@ -89,7 +94,20 @@ cudaError_t run_bwd_sm90_hdim(const BwdParams& params, BwdLaunchFlags flags, cud
   return bwd90::launch_bwd_sm90<Traits>(params, flags, stream);
 }
 
+// Masks-only variants (window, lengths, query offsets, segment ids), atomic
+// mode, vector-aligned inputs (else NotSupported): the same tiles as plain.
+template <DType kDType, int kHeadDim>
+cudaError_t run_bwd_sm90_masks_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream) {
+  using Traits = bwd90::BwdSm90Traits<kHeadDim, bwd::ElementOf<kDType>, true, false, false,
+                                      kBwdSm90BlockM<kHeadDim>, true>;
+  return bwd90::launch_bwd_sm90<Traits>(params, flags, stream);
+}
+
 }  // namespace jax_flash::cuda
+
+#define JAX_FLASH_INSTANTIATE_BWD_SM90_MASKS(DTYPE, HDIM)                                        \
+  template cudaError_t jax_flash::cuda::run_bwd_sm90_masks_hdim<jax_flash::DType::DTYPE, HDIM>(   \
+      const jax_flash::BwdParams&, jax_flash::cuda::BwdLaunchFlags, cudaStream_t);
 
 #define JAX_FLASH_INSTANTIATE_BWD_SM90(DTYPE, HDIM)                                              \
   template cudaError_t jax_flash::cuda::run_bwd_sm90_hdim<jax_flash::DType::DTYPE, HDIM>(         \

@@ -72,6 +72,12 @@ struct Variant {
     }
   }
 
+  // Masks-only state restored from values a kernel saved earlier (the
+  // Hopper backward keeps them in shared memory across its main loop rather
+  // than in registers); soft-cap, ALiBi and dropout stay off.
+  __device__ __forceinline__ Variant(const FwdParams& params, int b, int ql, int kvl, int64_t off)
+      : p(params), q_len(ql), kv_len(kvl), offset(off), batch(b) {}
+
   // ---- settings read from the parameters ----
   __device__ __forceinline__ int64_t left() const { return p.window_left; }  // -1 = unbounded
   // Last visible key relative to the query position: min(causal ? 0 : inf,

@@ -1,0 +1,149 @@
+// Masks-only variants (window, lengths, query offsets, segment ids;
+// cuda::Variant) in the Hopper dK/dV kernel: the per-CTA pieces that the
+// plain kernel has no use for. The kernel's kMasks instantiation keeps these
+// in shared memory past its SharedStorage (kMaskSmemBytes), so the plain
+// instantiation's layout and code stay as they were.
+#pragma once
+
+#include <climits>
+#include <cstdint>
+
+#include <cute/tensor.hpp>
+
+#include "cuda/bwd_kernel.cuh"  // lse_to_log2
+#include "cuda/variants.cuh"
+#include "params.h"
+
+namespace jax_flash::cuda::bwd90 {
+
+using namespace cute;
+
+template <int kBlockM, int kBlockN, int kStages>
+struct BwdSm90MaskSmem {
+  int qseg[kStages][kBlockM];  // query segment ids of each stage's tile
+  int kseg[kBlockN];           // the key tile's segment ids
+  int scan[2];                 // first / last 16-row block whose ids meet the key tile's
+  int one_id;                  // 1: the scanned blocks and the key tile all hold one id
+  int q_len, kv_len;           // the Variant's per-batch values (Variant::Variant(p, b, ...))
+  int k_mn, k_mx;              // the key tile's id range
+  int64_t offset;
+  // Iterations ahead: step k's (iteration, tile flags) in ring[k % 4],
+  // written by thread 0 two steps before (see the kernel).
+  int ring[4][2];
+
+  __device__ __forceinline__ Variant variant(const FwdParams& p, int b) const {
+    return Variant(p, b, q_len, kv_len, offset);
+  }
+  __device__ __forceinline__ Variant::SegRange k_rng() const { return Variant::SegRange{k_mn, k_mx}; }
+};
+
+// Per-tile mask flags (bits): element masks needed; segment ids compared.
+enum : int { kTileMask = 1, kTileSeg = 2 };
+__device__ __forceinline__ int tile_flags(const Variant& v, int m0, int M, int n0, int N,
+                                          const Variant::SegRange& qr, const Variant::SegRange& kr) {
+  return (v.tile_needs_mask(m0, M, n0, N, qr, kr) ? kTileMask : 0) | (v.tile_seg_check(qr, kr) ? kTileSeg : 0);
+}
+
+// Narrow the query tiles [m_begin, m_end) of height M to those between the
+// first and the last whose segment ids may meet the key tile's (k_rng): all
+// threads test the query's 16-row id ranges once, so a key tile of one packed
+// document never walks the other documents' tiles. Tiles in between that
+// cannot meet it are still skipped one by one (by the caller), unless
+// ms.one_id: every block of the range and the key tile hold one id (a key
+// tile inside a lone document), when no tile needs its ids searched or
+// compared. Every
+// thread of the CTA calls this (two barriers).
+template <int M, int kThreads, class MaskSmem>
+__device__ __forceinline__ void narrow_query_tiles(const Variant& var, const BwdParams& p, int b,
+                                                   const Variant::SegRange& k_rng, int tid,
+                                                   MaskSmem& ms, int& m_begin, int& m_end) {
+  constexpr int kB = Variant::kSegBlock;
+  static_assert(M % kB == 0);
+  const int nblk = (p.seqlen_q + kB - 1) / kB;
+  const int32_t* rng = p.q_segment_ranges + int64_t(b) * nblk * 2;
+  const int blk0 = m_begin * (M / kB), blk1 = min(nblk, m_end * (M / kB));
+  int lo = INT_MAX, hi = -1;
+  bool one = true;
+  for (int bb = blk0 + tid; bb < blk1; bb += kThreads) {
+    const Variant::SegRange q{int(rng[2 * bb]), int(rng[2 * bb + 1])};
+    if (!Variant::disjoint(q, k_rng)) {
+      lo = min(lo, bb);
+      hi = max(hi, bb);
+    }
+    // Any other id anywhere in the range (even in a block that the key
+    // tile cannot meet: it may share a tile with one it does).
+    one = one && Variant::same_single(q, k_rng);
+  }
+  if (tid == 0) {
+    ms.scan[0] = INT_MAX;
+    ms.scan[1] = -1;
+    ms.one_id = 1;
+  }
+  __syncthreads();
+  if (hi >= 0) {
+    atomicMin(&ms.scan[0], lo);
+    atomicMax(&ms.scan[1], hi);
+  }
+  if (!one) ms.one_id = 0;
+  __syncthreads();
+  lo = ms.scan[0];
+  hi = ms.scan[1];
+  if (hi < 0) {
+    m_end = m_begin;
+  } else {
+    m_begin = max(m_begin, lo / (M / kB));
+    m_end = min(m_end, hi / (M / kB) + 1);
+  }
+}
+
+// P^T = exp2(S^T scale log2e - lse log2e) on one keys x queries tile, with
+// the masks-only variants' element masks where `mask` (band / lengths as a
+// tile-relative TileMask taking (query, key); segment ids where `seg`: the
+// key row's id against the query column's, both from shared memory).
+// tSc0_rc: thread 0's coordinates (compile-time values). This thread's are
+// those plus one (key, query) offset, as a CuTe layout is linear in
+// (thread, value); so every test is an offset register against an immediate
+// (from this thread's coordinates, ptxas hoisted one register per query
+// column out of the loop and spilled them at d64).
+template <class TS, class TC, class TC0>
+__device__ __forceinline__ void masked_probs_t(TS& s, TC const& tSc_rc, TC0 const& tSc0_rc, const float* lse,
+                                               const int* qseg, const int* kseg, float scale_log2, bool mask,
+                                               bool seg, Variant::TileMask tm) {
+  constexpr int kRows = decltype(size<0>(s))::value;
+  const int rb = get<0>(tSc_rc(0, 0)) - get<0>(tSc0_rc(0, 0));  // key offset
+  const int cb = get<1>(tSc_rc(0, 0)) - get<1>(tSc0_rc(0, 0));  // query offset
+#pragma unroll
+  for (int c = 0; c < size<1>(s); ++c) {
+    const float l2 = bwd::lse_to_log2(lse[cb + get<1>(tSc0_rc(0, c))]);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) s(r, c) = exp2f(s(r, c) * scale_log2 - l2);
+  }
+  // The masks as a second pass over P^T (a select per element), so that
+  // their values are not live beside the exponentials' (interleaved, the
+  // d128 kernel ran out of registers: ptxas C7519 at the dV wgmma).
+  if (!mask) return;
+  tm.hi -= rb - cb;
+  tm.lo -= rb - cb;
+  tm.rmax -= cb;
+  tm.cmax -= rb;
+#pragma unroll
+  for (int c = 0; c < size<1>(s); ++c) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+      if (!tm(get<1>(tSc0_rc(r, c)), get<0>(tSc0_rc(r, c)))) s(r, c) = 0.f;
+  }
+  if (seg) {
+    int kid[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) kid[r] = kseg[rb + get<0>(tSc0_rc(r, 0))];
+#pragma unroll
+    for (int c = 0; c < size<1>(s); ++c) {
+      const int qid = qseg[cb + get<1>(tSc0_rc(0, c))];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+        if (kid[r] != qid) s(r, c) = 0.f;
+    }
+  }
+}
+
+}  // namespace jax_flash::cuda::bwd90
