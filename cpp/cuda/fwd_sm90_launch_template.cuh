@@ -55,6 +55,14 @@ template <int kHeadDim, DType kDType>
 using Sm90MasksTraits = Sm90Traits<kHeadDim, Sm90Tile<kHeadDim>::kN, Sm90ElementOf<kDType>, Sm90Tile<kHeadDim>::kOverlap,
                                    Sm90Tile<kHeadDim>::kLoadsFirst, Sm90Tile<kHeadDim>::kCtasPerSm, 2, true>;
 
+// Soft-cap / ALiBi (with or without the masks): the masks configuration with
+// the logit transform, one kernel per transform set (kLogitSoftcap,
+// kLogitAlibi, both): one kernel for all three would hold the registers of
+// both transforms everywhere (the SM80 logits kernels spilled that way,
+// branch variants-logits).
+template <int kHeadDim, DType kDType, int kLogits>
+using Sm90LogitsTraitsOf = Sm90LogitsTraits<Sm90MasksTraits<kHeadDim, kDType>, kLogits>;
+
 // 16 B vector copies legal: 16 B-aligned pointers, strides and head_dim in
 // whole 8-element chunks (the same rule as fwd_launch.cu's vector_ok).
 inline bool sm90_vector_ok(const FwdParams& p) {
@@ -109,10 +117,32 @@ cudaError_t run_fwd_sm90_masks_hdim(const FwdParams& params, cudaStream_t stream
   return fwd::launch_fwd_sm90<fwd::Sm90MasksTraits<kHeadDim, kDType>>(params, stream);
 }
 
+// Soft-cap and / or ALiBi without dropout, with or without the masks-only
+// variants, on the wgmma kernel. cudaErrorNotSupported (the caller then
+// takes the SM80 generic variants kernel) when: dropout is set, neither
+// soft-cap nor ALiBi is, 16 B vector copies are not legal, or the device /
+// build cannot run sm_90a. The caller checks the rest, as above.
+template <DType kDType, int kHeadDim>
+cudaError_t run_fwd_sm90_logits_hdim(const FwdParams& params, cudaStream_t stream) {
+  const bool dropout = params.dropout_rate > 0.f && params.dropout_seed != nullptr;
+  const int logits = (params.softcap > 0.f ? fwd::kLogitSoftcap : 0) | (params.alibi_slopes ? fwd::kLogitAlibi : 0);
+  if (dropout || logits == 0 || !fwd::sm90_vector_ok(params)) return cudaErrorNotSupported;
+  if (logits == fwd::kLogitSoftcap)
+    return fwd::launch_fwd_sm90<fwd::Sm90LogitsTraitsOf<kHeadDim, kDType, fwd::kLogitSoftcap>>(params, stream);
+  if (logits == fwd::kLogitAlibi)
+    return fwd::launch_fwd_sm90<fwd::Sm90LogitsTraitsOf<kHeadDim, kDType, fwd::kLogitAlibi>>(params, stream);
+  return fwd::launch_fwd_sm90<fwd::Sm90LogitsTraitsOf<kHeadDim, kDType, fwd::kLogitSoftcap | fwd::kLogitAlibi>>(
+      params, stream);
+}
+
 }  // namespace jax_flash::cuda
 
 #define JAX_FLASH_INSTANTIATE_FWD_SM90_MASKS(DTYPE, HDIM)                                      \
   template cudaError_t jax_flash::cuda::run_fwd_sm90_masks_hdim<jax_flash::DType::DTYPE, HDIM>( \
+      const jax_flash::FwdParams&, cudaStream_t);
+
+#define JAX_FLASH_INSTANTIATE_FWD_SM90_LOGITS(DTYPE, HDIM)                                      \
+  template cudaError_t jax_flash::cuda::run_fwd_sm90_logits_hdim<jax_flash::DType::DTYPE, HDIM>( \
       const jax_flash::FwdParams&, cudaStream_t);
 
 #define JAX_FLASH_INSTANTIATE_FWD_SM90(DTYPE, HDIM)                                      \
