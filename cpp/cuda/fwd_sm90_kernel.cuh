@@ -203,7 +203,8 @@ __device__ __forceinline__ void wgmma_issue(TiledMma& mma, TA& tA, TB const& tB,
 
 // Raw scores of one S tile -> logits in log2 units (Variant::logit_log2):
 // s * scale, soft-cap cap * tanh(s * scale / cap), ALiBi
-// -slope * |pos(row) - col|, all * log2(e). Masks come after (-inf).
+// -slope * |pos(row) - col|, all * log2(e) (soft-cap alone: tanh only, the
+// kernel's softmax scale is cap * log2(e)). Masks come after (-inf).
 // Per element the distance is this thread's base (one int64 difference a
 // tile) plus a compile-time (row - col) of thread 0's coordinates, as in
 // apply_variant_mask. Tiles whose keys all lie on one side of every row's
@@ -222,7 +223,7 @@ __device__ __forceinline__ void apply_logits(TS& acc_s, TC const& tSc, TC0 const
     if constexpr (kCap) {
       // tanhf: tanh.approx.f32 under --use_fast_math, as in the SM80 kernels.
       const float t = tanhf(x * qk_mul);
-      return kAlibi ? fmaf(t, cap_log2, bias) : t * cap_log2;
+      return kAlibi ? fmaf(t, cap_log2, bias) : t;  // (alone: cap_log2 is the softmax scale)
     } else {
       return kAlibi ? fmaf(x, qk_mul, bias) : x * qk_mul;
     }
@@ -548,15 +549,19 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
   OnlineSoftmax<kRows> softmax;
   clear(acc_o);
 
-  // (kLogits) Logits in log2 units from apply_logits: softmax scale 1.
-  const bool pre_scale = kLogits == 0 && !(args.scale_log2 > 0.f);
-  const float scale_log2 = (kLogits != 0 || pre_scale) ? 1.f : args.scale_log2;
   [[maybe_unused]] const auto* lsc = [&]() {
     if constexpr (kLogits != 0)
       return reinterpret_cast<const typename Traits::LogitScalars*>(smem_raw + sizeof(Storage) + sizeof(MaskScalars));
     else
       return static_cast<const int*>(nullptr);
   }();
+  // (kLogits) Logits in log2 units from apply_logits: softmax scale 1; soft-cap
+  // alone leaves tanh(s * scale / cap), its scale cap * log2(e) fused into
+  // exp2 as the plain kernel does with the softmax scale (cap > 0).
+  const bool pre_scale = kLogits == 0 && !(args.scale_log2 > 0.f);
+  float scale_log2;
+  if constexpr (kLogits == kLogitSoftcap) scale_log2 = lsc->cap_log2;
+  else scale_log2 = (kLogits != 0 || pre_scale) ? 1.f : args.scale_log2;
 
   if constexpr (!Traits::kOverlap) {
     int n_block;

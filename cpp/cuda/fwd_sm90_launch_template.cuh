@@ -55,14 +55,6 @@ template <int kHeadDim, DType kDType>
 using Sm90MasksTraits = Sm90Traits<kHeadDim, Sm90Tile<kHeadDim>::kN, Sm90ElementOf<kDType>, Sm90Tile<kHeadDim>::kOverlap,
                                    Sm90Tile<kHeadDim>::kLoadsFirst, Sm90Tile<kHeadDim>::kCtasPerSm, 2, true>;
 
-// Soft-cap / ALiBi (with or without the masks): the masks configuration with
-// the logit transform, one kernel per transform set (kLogitSoftcap,
-// kLogitAlibi, both): one kernel for all three would hold the registers of
-// both transforms everywhere (the SM80 logits kernels spilled that way,
-// branch variants-logits).
-template <int kHeadDim, DType kDType, int kLogits>
-using Sm90LogitsTraitsOf = Sm90LogitsTraits<Sm90MasksTraits<kHeadDim, kDType>, kLogits>;
-
 // 16 B vector copies legal: 16 B-aligned pointers, strides and head_dim in
 // whole 8-element chunks (the same rule as fwd_launch.cu's vector_ok).
 inline bool sm90_vector_ok(const FwdParams& p) {
@@ -97,6 +89,19 @@ cudaError_t launch_fwd_sm90(const FwdParams& params, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+// Soft-cap / ALiBi on the logits kernel built on MasksTraits: the transform
+// set picks the instantiation. cudaErrorNotSupported: dropout, neither
+// soft-cap nor ALiBi, no 16 B vector copies, or no sm_90a here.
+template <class MasksTraits>
+cudaError_t launch_fwd_sm90_logits(const FwdParams& params, cudaStream_t stream) {
+  const bool dropout = params.dropout_rate > 0.f && params.dropout_seed != nullptr;
+  const int logits = (params.softcap > 0.f ? kLogitSoftcap : 0) | (params.alibi_slopes ? kLogitAlibi : 0);
+  if (dropout || logits == 0 || !sm90_vector_ok(params)) return cudaErrorNotSupported;
+  if (logits == kLogitSoftcap) return launch_fwd_sm90<Sm90LogitsTraits<MasksTraits, kLogitSoftcap>>(params, stream);
+  if (logits == kLogitAlibi) return launch_fwd_sm90<Sm90LogitsTraits<MasksTraits, kLogitAlibi>>(params, stream);
+  return launch_fwd_sm90<Sm90LogitsTraits<MasksTraits, kLogitSoftcap | kLogitAlibi>>(params, stream);
+}
+
 }  // namespace fwd
 
 // Plain attention, vector-aligned inputs only (the caller checks both).
@@ -124,15 +129,7 @@ cudaError_t run_fwd_sm90_masks_hdim(const FwdParams& params, cudaStream_t stream
 // build cannot run sm_90a. The caller checks the rest, as above.
 template <DType kDType, int kHeadDim>
 cudaError_t run_fwd_sm90_logits_hdim(const FwdParams& params, cudaStream_t stream) {
-  const bool dropout = params.dropout_rate > 0.f && params.dropout_seed != nullptr;
-  const int logits = (params.softcap > 0.f ? fwd::kLogitSoftcap : 0) | (params.alibi_slopes ? fwd::kLogitAlibi : 0);
-  if (dropout || logits == 0 || !fwd::sm90_vector_ok(params)) return cudaErrorNotSupported;
-  if (logits == fwd::kLogitSoftcap)
-    return fwd::launch_fwd_sm90<fwd::Sm90LogitsTraitsOf<kHeadDim, kDType, fwd::kLogitSoftcap>>(params, stream);
-  if (logits == fwd::kLogitAlibi)
-    return fwd::launch_fwd_sm90<fwd::Sm90LogitsTraitsOf<kHeadDim, kDType, fwd::kLogitAlibi>>(params, stream);
-  return fwd::launch_fwd_sm90<fwd::Sm90LogitsTraitsOf<kHeadDim, kDType, fwd::kLogitSoftcap | fwd::kLogitAlibi>>(
-      params, stream);
+  return fwd::launch_fwd_sm90_logits<fwd::Sm90MasksTraits<kHeadDim, kDType>>(params, stream);
 }
 
 }  // namespace jax_flash::cuda

@@ -149,8 +149,8 @@ static std::vector<vref::VarCase> masks_cases() {
 // Masks kernel vs plain causal on the sm90 kernel, d128 seqlen 8k, 16 heads,
 // b=1, bf16 (the shape of fwd_harness --variants); the SM80 run_fwd beside
 // it (-1 when built with SM80=0).
-static void bench_masks(bool logits = false) {
-  const int s = 8192, d = 128, h = 16, b = 1;
+static void bench_masks(bool logits = false, int d = 128) {
+  const int s = 8192, h = 16, b = 1;
   const int64_t n = int64_t(b) * s * h * d;
   void *q, *k, *v, *o; float* lse;
   CK(cudaMalloc(&q, n * 2)); CK(cudaMalloc(&k, n * 2)); CK(cudaMalloc(&v, n * 2)); CK(cudaMalloc(&o, n * 2));
@@ -232,13 +232,23 @@ static void bench_masks(bool logits = false) {
               flops / (ms0 / 1e3) / 1e12);
   for (const V& x : vs) {
     const double ms = time_ms(fn_var, x.p);
+    std::string alt_cols;
+    if (logits)
+      for (const Sm90Alt& a : sm90_alts())
+        if (a.d == d && std::string(a.name).rfind("logits", 0) == 0) {
+          const double ma = time_ms(a.fn, x.p);
+          char buf[128];
+          std::snprintf(buf, sizeof buf, "  | %s %.3f ms x%.3f", a.name, ma, ma / ms0);
+          alt_cols += buf;
+        }
 #ifdef SM90_NO_SM80
     const double ms80 = -1.0;
 #else
     const double ms80 = time_ms(&jf::run_fwd, x.p);
 #endif
-    std::printf("%s %-32s sm90 %.3f ms  x%.3f vs sm90 plain causal  |  sm80 %.3f ms  x%.3f\n", logits ? "LBENCH" : "MBENCH", x.name, ms,
-                ms / ms0, ms80, ms80 > 0 ? ms80 / ms0 : -1.0);
+    std::printf("%s d%d %-32s sm90 %.3f ms  x%.3f vs sm90 plain causal  |  sm80 %.3f ms  x%.3f%s\n",
+                logits ? "LBENCH" : "MBENCH", d, x.name, ms, ms / ms0, ms80, ms80 > 0 ? ms80 / ms0 : -1.0,
+                alt_cols.c_str());
     if (x.p.q_segment_ids == d_pids)
       std::printf("MBENCH packed docs: real-work rate %.3f of plain causal's (sm90)\n",
                   (4.0 * pairs * d * h * b / ms) / (flops / ms0));
@@ -275,7 +285,7 @@ static void bench_sm90() {
         std::printf("BENCH d=%3d seqlen=%5d b=%d h=%2d causal=%d  sm90 %.1f TFLOP/s  sm80 %.1f TFLOP/s  x%.3f", d, s, b,
                     h, int(causal), tn, to, tn / to);
         for (const Sm90Alt& a : alts)
-          if (a.d == d) std::printf("  | %s %.1f", a.name, time_config(a.fn, b, s, h, d, causal, DType::kBFloat16));
+          if (a.d == d && std::string(a.name).rfind("logits", 0) != 0) std::printf("  | %s %.1f", a.name, time_config(a.fn, b, s, h, d, causal, DType::kBFloat16));
         std::printf("\n");
         std::fflush(stdout);
       }
@@ -290,7 +300,17 @@ int main(int argc, char** argv) {
     uint64_t seed = 701;
     for (const auto& c : vc) run_var_case(c, seed++);
     std::printf("%d / %zu soft-cap / ALiBi variant cases failed (sm90 logits kernel)\n", g_fail, vc.size());
-    bench_masks(true);
+    for (const Sm90Alt& a : sm90_alts()) {
+      if (std::string(a.name).rfind("logits", 0) != 0) continue;
+      int n = 0;
+      g_run_var = a.fn;
+      std::printf("-- alternative: d%d %s --\n", a.d, a.name);
+      for (const auto& c : vc)
+        if (c.D == a.d && c.dt == DType::kBFloat16) { run_var_case(c, seed++); ++n; }
+      std::printf("%d failed so far (%d cases of this alternative)\n", g_fail, n);
+    }
+    bench_masks(true, 128);
+    bench_masks(true, 64);
     return g_fail ? 1 : 0;
   }
   if (argc > 1 && std::string(argv[1]) == "--masks") {
@@ -331,6 +351,7 @@ int main(int argc, char** argv) {
   if (!only_bench) {
     // alternative configurations (bf16, Sq and Sk <= 1000 cases of their head dim)
     for (const Sm90Alt& a : sm90_alts()) {
+      if (std::string(a.name).rfind("logits", 0) == 0) continue;  // --logits mode only
       int n = 0;
       g_run_fwd = a.fn;
       std::printf("-- alternative: d%d %s --\n", a.d, a.name);
