@@ -311,6 +311,7 @@ int main(int argc, char** argv) {
     }
     bench_masks(true, 128);
     bench_masks(true, 64);
+    bench_masks(true, 256);
     return g_fail ? 1 : 0;
   }
   if (argc > 1 && std::string(argv[1]) == "--masks") {
