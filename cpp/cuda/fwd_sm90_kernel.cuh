@@ -117,14 +117,10 @@ enum : int { kLogitSoftcap = 1, kLogitAlibi = 2 };
 
 // A masks traits (kMasks) plus kLogits: the per-CTA logit scalars follow
 // the MaskScalars in shared memory.
-// kPolyExp2 > 0 (soft-cap kernels): every kPolyExp2-th score column of a
-// thread takes its softmax exp2 on the FMA pipe (exp2_fma) instead of the
-// MUFU, which soft-cap's tanh already loads twice as much as plain.
-template <class MasksTraits, int kLogits_, int kPolyExp2_ = 0>
+template <class MasksTraits, int kLogits_>
 struct Sm90LogitsTraits : MasksTraits {
   static_assert(MasksTraits::kMasks && kLogits_ > 0 && kLogits_ <= 3);
   static constexpr int kLogits = kLogits_;
-  static constexpr int kPolyExp2 = kPolyExp2_;
   struct LogitScalars {
     int64_t pos0;      // absolute position of the query tile's row 0 (row0 + offset)
     float qk_mul;      // soft-cap: scale / cap; else scale * log2(e)
@@ -139,38 +135,6 @@ template <class T, class = void>
 struct LogitsOf { static constexpr int value = 0; };
 template <class T>
 struct LogitsOf<T, std::void_t<decltype(T::kLogits)>> { static constexpr int value = T::kLogits; };
-template <class T, class = void>
-struct PolyExp2Of { static constexpr int value = 0; };
-template <class T>
-struct PolyExp2Of<T, std::void_t<decltype(T::kPolyExp2)>> { static constexpr int value = T::kPolyExp2; };
-
-// 2^x on the FMA pipe, for softmax exponents (x <= 0): x = j + f with
-// j = rint(x) (the 1.5 * 2^23 shift leaves j in t's low mantissa bits),
-// 2^f for f in [-0.5, 0.5] by a degree-4 fit of the relative error (max
-// 2.7e-6 in float32; MUFU ex2.approx: ~1e-7), 2^j added to the exponent
-// bits. x below -126 (masked scores: -inf) gives about 1e-38 instead of 0:
-// nothing beside a row's real terms (its largest is 1); a row that sees no
-// key at all is zeroed from its -inf max at the end (zero_empty_rows).
-__device__ __forceinline__ float exp2_fma(float x) {
-  x = fmaxf(x, -126.f);
-  const float t = __fadd_rn(x, 12582912.f);
-  const float j = __fsub_rn(t, 12582912.f);
-  const float f = __fsub_rn(x, j);
-  float p = fmaf(0.009569989517331123f, f, 0.05591757968068123f);
-  p = fmaf(p, f, 0.240247443318367f);
-  p = fmaf(p, f, 0.6931218504905701f);
-  p = fmaf(p, f, 0.9999992847442627f);
-  return __uint_as_float(__float_as_uint(p) + (__float_as_uint(t) << 23));  // (mod 2^32: j's bits land in the exponent)
-}
-
-// exp2 of softmax column c: FMA-pipe for every kPoly-th column (kPoly > 0).
-template <int kPoly>
-__device__ __forceinline__ float softmax_exp2(float x, int c) {
-  if constexpr (kPoly > 0) {
-    if (c % kPoly == kPoly - 1) return exp2_fma(x);
-  }
-  return exp2f(x);
-}
 
 // The wgmma accumulator of S, ((2,2,BN/8), 1, 1) compact, converted to
 // 16-bit and seen as the RS A operand ((2,2,2), 1, BN/16): per k16 slice the
@@ -183,7 +147,7 @@ using PAsALayout = Layout<Shape<Shape<_2, _2, _2>, _1, Int<kBlockN / 16>>,
 // Online softmax of one S tile that leaves O alone: P overwrites the raw
 // scores, corr[r] gets the factor by which O must be rescaled (once the
 // P V wgmma of the previous tile, in flight meanwhile, has landed).
-template <int kPoly = 0, int kRows, class TS>
+template <int kRows, class TS>
 __device__ __forceinline__ void softmax_step(OnlineSoftmax<kRows>& sm, TS& acc_s, float (&corr)[kRows],
                                              float scale_log2) {
   Tensor s = make_tensor(acc_s.data(), acc_rowcol_layout(acc_s.layout()));
@@ -201,40 +165,11 @@ __device__ __forceinline__ void softmax_step(OnlineSoftmax<kRows>& sm, TS& acc_s
     float sum = 0.f;
 #pragma unroll
     for (int c = 0; c < size<1>(s); ++c) {
-      const float pv = softmax_exp2<kPoly>(s(r, c) * scale_log2 - m_sub, c);
+      const float pv = exp2f(s(r, c) * scale_log2 - m_sub);
       s(r, c) = pv;
       sum += pv;
     }
     sm.row_sum[r] = sm.row_sum[r] * corr[r] + sum;
-  }
-}
-
-// OnlineSoftmax::update (P in place, O rescaled) with the exp2 of every
-// kPoly-th column on the FMA pipe (softmax_exp2).
-template <int kPoly, int kRows, class TS, class TO>
-__device__ __forceinline__ void softmax_update_poly(OnlineSoftmax<kRows>& sm, TS& acc_s, TO& acc_o,
-                                                    float scale_log2) {
-  float corr[kRows];
-  softmax_step<kPoly>(sm, acc_s, corr, scale_log2);
-  Tensor o = make_tensor(acc_o.data(), acc_rowcol_layout(acc_o.layout()));
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-#pragma unroll
-    for (int c = 0; c < size<1>(o); ++c) o(r, c) *= corr[r];
-  }
-}
-
-// (exp2_fma) Rows whose max stayed -inf saw no key: O = 0 (the ~1e-38
-// terms of their masked scores summed to a nonzero row sum).
-template <int kRows, class TO>
-__device__ __forceinline__ void zero_empty_rows(const OnlineSoftmax<kRows>& sm, TO& acc_o) {
-  Tensor o = make_tensor(acc_o.data(), acc_rowcol_layout(acc_o.layout()));
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    if (sm.row_max[r] == -INFINITY) {
-#pragma unroll
-      for (int c = 0; c < size<1>(o); ++c) o(r, c) = 0.f;
-    }
   }
 }
 
@@ -421,7 +356,6 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
   // left). The plain path keeps its original statements (same PTX).
   constexpr bool kMasks = Traits::kMasks;
   constexpr int kLogits = LogitsOf<Traits>::value;  // (kMasks kernels only)
-  constexpr int kPoly = PolyExp2Of<Traits>::value;
   static_assert(kLogits == 0 || kMasks);
   [[maybe_unused]] int n_blocks = 0, n_top = -1;
   const int n_stop = 0;
@@ -690,8 +624,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
       } else {
         if (need_mask) apply_mask(acc_s, tSc, row0, col0, p.seqlen_k, p.causal);
       }
-      if constexpr (kPoly > 0) softmax_update_poly<kPoly>(softmax, acc_s, acc_o, scale_log2);
-      else softmax.update(acc_s, acc_o, scale_log2);
+      softmax.update(acc_s, acc_o, scale_log2);
 
       Tensor rP = convert_regs<Element>(acc_s);
       Tensor tOrP = make_tensor(rP.data(), PAsALayout<kBlockN>{});
@@ -828,7 +761,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
       warpgroup_wait<0>();
       warpgroup_fence_operand(acc_s);
       mask_scale(n_first * kBlockN, needs_mask(n_first, seg_first), seg_first, acc_s);
-      softmax_step<kPoly>(softmax, acc_s, corr, scale_log2);  // O is still 0: no rescale
+      softmax_step(softmax, acc_s, corr, scale_log2);  // O is still 0: no rescale
       Tensor rP = convert_regs<Element>(acc_s);
 #pragma unroll
       for (int i = 0; i < size(tOrP); ++i) tOrP(i) = rP(i);
@@ -853,7 +786,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
       warpgroup_wait<1>();  // S(j)
       warpgroup_fence_operand(acc_s);
       mask_scale(j * kBlockN, needs_mask(j, seg_j), seg_j, acc_s);
-      softmax_step<kPoly>(softmax, acc_s, corr, scale_log2);
+      softmax_step(softmax, acc_s, corr, scale_log2);
       warpgroup_wait<0>();  // P V of the previous tile
       warpgroup_fence_operand(acc_o);
       rescale_rows(acc_o, corr);
@@ -879,7 +812,6 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
   // ---- epilogue ----
   float lse[kRows];
   softmax.finalize(acc_o, lse, scale_log2);
-  if constexpr (kPoly > 0) zero_empty_rows(softmax, acc_o);
 
   cp_async_wait<0>();
   __syncthreads();  // every warpgroup's wgmmas on sQ are done: O reuses it

@@ -90,19 +90,18 @@ cudaError_t launch_fwd_sm90(const FwdParams& params, cudaStream_t stream) {
 }
 
 // Soft-cap / ALiBi on the logits kernel built on MasksTraits (soft-cap +
-// ALiBi on MasksTraitsBoth); the transform set picks the instantiation;
-// kPolyExp2: Sm90LogitsTraits's, for the soft-cap kernels.
+// ALiBi on MasksTraitsBoth); the transform set picks the instantiation.
 // cudaErrorNotSupported: dropout, neither soft-cap nor ALiBi, no 16 B
 // vector copies, or no sm_90a here.
-template <class MasksTraits, class MasksTraitsBoth = MasksTraits, int kPolyExp2 = 0>
+template <class MasksTraits, class MasksTraitsBoth = MasksTraits>
 cudaError_t launch_fwd_sm90_logits(const FwdParams& params, cudaStream_t stream) {
   const bool dropout = params.dropout_rate > 0.f && params.dropout_seed != nullptr;
   const int logits = (params.softcap > 0.f ? kLogitSoftcap : 0) | (params.alibi_slopes ? kLogitAlibi : 0);
   if (dropout || logits == 0 || !sm90_vector_ok(params)) return cudaErrorNotSupported;
   if (logits == kLogitSoftcap)
-    return launch_fwd_sm90<Sm90LogitsTraits<MasksTraits, kLogitSoftcap, kPolyExp2>>(params, stream);
+    return launch_fwd_sm90<Sm90LogitsTraits<MasksTraits, kLogitSoftcap>>(params, stream);
   if (logits == kLogitAlibi) return launch_fwd_sm90<Sm90LogitsTraits<MasksTraits, kLogitAlibi>>(params, stream);
-  return launch_fwd_sm90<Sm90LogitsTraits<MasksTraitsBoth, kLogitSoftcap | kLogitAlibi, kPolyExp2>>(params, stream);
+  return launch_fwd_sm90<Sm90LogitsTraits<MasksTraitsBoth, kLogitSoftcap | kLogitAlibi>>(params, stream);
 }
 
 // Logits kernels' tiles: the masks configuration, except soft-cap + ALiBi
