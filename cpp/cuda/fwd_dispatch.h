@@ -33,4 +33,13 @@ cudaError_t run_fwd_sm90_hdim(const FwdParams& params, cudaStream_t stream);
 template <DType kDType, int kHeadDim>
 cudaError_t run_fwd_sm90_masks_hdim(const FwdParams& params, cudaStream_t stream);
 
+// Hopper (wgmma) forward for soft-cap and / or ALiBi, with or without the
+// masks-only variants (instantiations/fwd_sm90_logits_*.cu, 90a builds only;
+// tried first by run_fwd_var_hdim for such calls without dropout, with
+// vector copies, at head dims 64/128/256): cudaErrorNotSupported for
+// dropout, no soft-cap or ALiBi, inputs without 16 B vector alignment, or a
+// device / build without sm_90a (the SM80 generic kernel takes those).
+template <DType kDType, int kHeadDim>
+cudaError_t run_fwd_sm90_logits_hdim(const FwdParams& params, cudaStream_t stream);
+
 }  // namespace jax_flash::cuda

@@ -14,10 +14,16 @@
 // ids; cuda::Variant) as in the SM80 kMasks kernel: the key-tile range from
 // the band and lengths, tiles skipped whose segment-id ranges cannot meet,
 // element masks on boundary tiles only. Off, the code is the plain kernel's.
+// kLogits (Sm90LogitsTraits, a kMasks traits with kLogits = bits of
+// kLogitSoftcap / kLogitAlibi): the masks kernel whose scores are turned
+// into logits in log2 units (scale, soft-cap, ALiBi; Variant::logit_log2)
+// element by element before the row max, softmax with scale 1. Traits
+// without kLogits (plain, masks) compile exactly as before.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include <cute/tensor.hpp>
 #include <cute/atom/mma_atom.hpp>
@@ -106,6 +112,30 @@ struct Sm90Traits {
   using SmemCopyAtomO = Copy_Atom<UniversalCopy<uint32_t>, Element>;
 };
 
+// Logit transforms of the kLogits kernels (bits).
+enum : int { kLogitSoftcap = 1, kLogitAlibi = 2 };
+
+// A masks traits (kMasks) plus kLogits: the per-CTA logit scalars follow
+// the MaskScalars in shared memory.
+template <class MasksTraits, int kLogits_>
+struct Sm90LogitsTraits : MasksTraits {
+  static_assert(MasksTraits::kMasks && kLogits_ > 0 && kLogits_ <= 3);
+  static constexpr int kLogits = kLogits_;
+  struct LogitScalars {
+    int64_t pos0;      // absolute position of the query tile's row 0 (row0 + offset)
+    float qk_mul;      // soft-cap: scale / cap; else scale * log2(e)
+    float cap_log2;    // soft-cap: cap * log2(e)
+    float slope_log2;  // ALiBi: slope * log2(e)
+  };
+  static constexpr int kSmemBytes = MasksTraits::kSmemBytes + int(sizeof(LogitScalars));
+};
+
+// kLogits of a traits; 0 for those without one (plain, masks).
+template <class T, class = void>
+struct LogitsOf { static constexpr int value = 0; };
+template <class T>
+struct LogitsOf<T, std::void_t<decltype(T::kLogits)>> { static constexpr int value = T::kLogits; };
+
 // The wgmma accumulator of S, ((2,2,BN/8), 1, 1) compact, converted to
 // 16-bit and seen as the RS A operand ((2,2,2), 1, BN/16): per k16 slice the
 // A fragment is (col pair, row +8, col +8), i.e. two adjacent n8 blocks of
@@ -169,6 +199,74 @@ __device__ __forceinline__ void wgmma_issue(TiledMma& mma, TA& tA, TB const& tB,
   warpgroup_commit_batch();
   warpgroup_fence_operand(acc);
   if constexpr (kRegA) warpgroup_fence_operand(tA);
+}
+
+// Raw scores of one S tile -> logits in log2 units (Variant::logit_log2):
+// s * scale, soft-cap cap * tanh(s * scale / cap), ALiBi
+// -slope * |pos(row) - col|, all * log2(e) (soft-cap alone: tanh only, the
+// kernel's softmax scale is cap * log2(e)). Masks come after (-inf).
+// Per element the distance is this thread's base (one int64 difference a
+// tile) plus a compile-time (row - col) of thread 0's coordinates, as in
+// apply_variant_mask. Tiles whose keys all lie on one side of every row's
+// position (every off-diagonal tile of a causal band) take the bias as one
+// FMA of that constant; the others take |distance|.
+template <int kLogits, int kBlockM, int kBlockN, class TS, class TC, class TC0, class LS>
+__device__ __forceinline__ void apply_logits(TS& acc_s, TC const& tSc, TC0 const& tSc0, const LS* ls, int col0) {
+  Tensor s = make_tensor(acc_s.data(), acc_rowcol_layout(acc_s.layout()));
+  Tensor c0 = make_tensor(tSc0.data(), acc_rowcol_layout(tSc0.layout()));
+  constexpr int kRows = decltype(size<0>(s))::value;
+  constexpr bool kCap = (kLogits & kLogitSoftcap) != 0;
+  constexpr bool kAlibi = (kLogits & kLogitAlibi) != 0;
+  const float qk_mul = ls->qk_mul;
+  [[maybe_unused]] const float cap_log2 = kCap ? ls->cap_log2 : 0.f;
+  auto logit = [&](float x, float bias) {
+    if constexpr (kCap) {
+      // tanhf: tanh.approx.f32 under --use_fast_math, as in the SM80 kernels.
+      const float t = tanhf(x * qk_mul);
+      return kAlibi ? fmaf(t, cap_log2, bias) : t;  // (alone: cap_log2 is the softmax scale)
+    } else {
+      return kAlibi ? fmaf(x, qk_mul, bias) : x * qk_mul;
+    }
+  };
+  if constexpr (!kAlibi) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+      for (int j = 0; j < size<1>(s); ++j) s(r, j) = logit(s(r, j), 0.f);
+    }
+  } else {
+    const int rb = get<0>(tSc(0)) - get<0>(tSc0(0));
+    const int cb = get<1>(tSc(0)) - get<1>(tSc0(0));
+    const int64_t pos0 = ls->pos0;
+    const float slope = ls->slope_log2;
+    // pos - col = base + (r - c), (r, c) thread 0's tile coordinates.
+    const float base = float(pos0 + (rb - cb) - col0);
+    // Every row's position at or past every key of the tile (d >= 0), or
+    // before every key (d <= 0): bias = -sign * slope * d, linear in (r - c).
+    const bool below = pos0 - (col0 + kBlockN - 1) >= 0;
+    const bool above = pos0 + (kBlockM - 1) - col0 <= 0;
+    if (below || above) {
+      const float k = below ? -slope : slope;
+      const float kb = k * base;
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+        for (int j = 0; j < size<1>(s); ++j) {
+          const float rc = float(get<0>(c0(r, 0)) - get<1>(c0(r, j)));
+          s(r, j) = logit(s(r, j), fmaf(k, rc, kb));
+        }
+      }
+    } else {
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+        for (int j = 0; j < size<1>(s); ++j) {
+          const float rc = float(get<0>(c0(r, 0)) - get<1>(c0(r, j)));
+          s(r, j) = logit(s(r, j), -slope * fabsf(base + rc));
+        }
+      }
+    }
+  }
 }
 
 // Masks-only variants on one boundary S tile (raw scores): the tile-relative
@@ -257,6 +355,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
   // skipped, are never returned by prev_tile, which answers -1 when none is
   // left). The plain path keeps its original statements (same PTX).
   constexpr bool kMasks = Traits::kMasks;
+  constexpr int kLogits = LogitsOf<Traits>::value;  // (kMasks kernels only)
+  static_assert(kLogits == 0 || kMasks);
   [[maybe_unused]] int n_blocks = 0, n_top = -1;
   const int n_stop = 0;
   // (kMasks) The per-CTA values stay in shared memory (MaskScalars): at 128
@@ -304,6 +404,14 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
       ms->full_hi = full_hi;
       ms->q_mn = q_rng.mn;
       ms->q_mx = q_rng.mx;
+      if constexpr (kLogits != 0) {
+        auto* ls = reinterpret_cast<typename Traits::LogitScalars*>(smem_raw + sizeof(Storage) + sizeof(MaskScalars));
+        ls->pos0 = int64_t(row0) + var.offset;
+        const bool cap = (kLogits & kLogitSoftcap) != 0;
+        ls->qk_mul = cap ? p.scale / p.softcap : p.scale * 1.4426950408889634f;
+        ls->cap_log2 = cap ? p.softcap * 1.4426950408889634f : 0.f;
+        ls->slope_log2 = var.alibi_log2;
+      }
     }
     __syncthreads();
     if (seg_scan) {  // uniform over the CTA
@@ -441,8 +549,19 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
   OnlineSoftmax<kRows> softmax;
   clear(acc_o);
 
-  const bool pre_scale = !(args.scale_log2 > 0.f);
-  const float scale_log2 = pre_scale ? 1.f : args.scale_log2;
+  [[maybe_unused]] const auto* lsc = [&]() {
+    if constexpr (kLogits != 0)
+      return reinterpret_cast<const typename Traits::LogitScalars*>(smem_raw + sizeof(Storage) + sizeof(MaskScalars));
+    else
+      return static_cast<const int*>(nullptr);
+  }();
+  // (kLogits) Logits in log2 units from apply_logits: softmax scale 1; soft-cap
+  // alone leaves tanh(s * scale / cap), its scale cap * log2(e) fused into
+  // exp2 as the plain kernel does with the softmax scale (cap > 0).
+  const bool pre_scale = kLogits == 0 && !(args.scale_log2 > 0.f);
+  float scale_log2;
+  if constexpr (kLogits == kLogitSoftcap) scale_log2 = lsc->cap_log2;
+  else scale_log2 = (kLogits != 0 || pre_scale) ? 1.f : args.scale_log2;
 
   if constexpr (!Traits::kOverlap) {
     int n_block;
@@ -500,6 +619,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
         for (int i = 0; i < size(acc_s); ++i) acc_s(i) *= args.scale_log2;
       }
       if constexpr (kMasks) {
+        if constexpr (kLogits != 0) apply_logits<kLogits, kBlockM, kBlockN>(acc_s, tSc, tSc0, lsc, col0);
         if (need_mask) apply_variant_mask(acc_s, tSc, tSc0, p, batch, ms, row0, col0, seg);
       } else {
         if (need_mask) apply_mask(acc_s, tSc, row0, col0, p.seqlen_k, p.causal);
@@ -617,6 +737,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
 #pragma unroll
         for (int i = 0; i < size(acc_s); ++i) acc_s(i) *= args.scale_log2;
       }
+      if constexpr (kLogits != 0) apply_logits<kLogits, kBlockM, kBlockN>(acc_s, tSc, tSc0, lsc, col0);
       if (need_mask) apply_variant_mask(acc_s, tSc, tSc0, p, batch, ms, row0, col0, seg);
     };
     int j = n_stop - 1, jn = n_stop - 1;  // second and third visited tiles

@@ -89,6 +89,30 @@ cudaError_t launch_fwd_sm90(const FwdParams& params, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+// Soft-cap / ALiBi on the logits kernel built on MasksTraits (soft-cap +
+// ALiBi on MasksTraitsBoth); the transform set picks the instantiation.
+// cudaErrorNotSupported: dropout, neither soft-cap nor ALiBi, no 16 B
+// vector copies, or no sm_90a here.
+template <class MasksTraits, class MasksTraitsBoth = MasksTraits>
+cudaError_t launch_fwd_sm90_logits(const FwdParams& params, cudaStream_t stream) {
+  const bool dropout = params.dropout_rate > 0.f && params.dropout_seed != nullptr;
+  const int logits = (params.softcap > 0.f ? kLogitSoftcap : 0) | (params.alibi_slopes ? kLogitAlibi : 0);
+  if (dropout || logits == 0 || !sm90_vector_ok(params)) return cudaErrorNotSupported;
+  if (logits == kLogitSoftcap)
+    return launch_fwd_sm90<Sm90LogitsTraits<MasksTraits, kLogitSoftcap>>(params, stream);
+  if (logits == kLogitAlibi) return launch_fwd_sm90<Sm90LogitsTraits<MasksTraits, kLogitAlibi>>(params, stream);
+  return launch_fwd_sm90<Sm90LogitsTraits<MasksTraitsBoth, kLogitSoftcap | kLogitAlibi>>(params, stream);
+}
+
+// Logits kernels' tiles: the masks configuration, except soft-cap + ALiBi
+// at d64 on BN 64 (BN 128 spilled 270 B there and measured 1.83x plain
+// causal against 1.56x on BN 64, H100 d64 8k; benchmarks/NOTES.md).
+template <int kHeadDim, DType kDType>
+using Sm90LogitsBothMasksTraits =
+    std::conditional_t<kHeadDim == 64,
+                       Sm90Traits<64, 64, Sm90ElementOf<kDType>, false, true, 2, 2, true>,
+                       Sm90MasksTraits<kHeadDim, kDType>>;
+
 }  // namespace fwd
 
 // Plain attention, vector-aligned inputs only (the caller checks both).
@@ -109,10 +133,25 @@ cudaError_t run_fwd_sm90_masks_hdim(const FwdParams& params, cudaStream_t stream
   return fwd::launch_fwd_sm90<fwd::Sm90MasksTraits<kHeadDim, kDType>>(params, stream);
 }
 
+// Soft-cap and / or ALiBi without dropout, with or without the masks-only
+// variants, on the wgmma kernel. cudaErrorNotSupported (the caller then
+// takes the SM80 generic variants kernel) when: dropout is set, neither
+// soft-cap nor ALiBi is, 16 B vector copies are not legal, or the device /
+// build cannot run sm_90a. The caller checks the rest, as above.
+template <DType kDType, int kHeadDim>
+cudaError_t run_fwd_sm90_logits_hdim(const FwdParams& params, cudaStream_t stream) {
+  return fwd::launch_fwd_sm90_logits<fwd::Sm90MasksTraits<kHeadDim, kDType>,
+                                     fwd::Sm90LogitsBothMasksTraits<kHeadDim, kDType>>(params, stream);
+}
+
 }  // namespace jax_flash::cuda
 
 #define JAX_FLASH_INSTANTIATE_FWD_SM90_MASKS(DTYPE, HDIM)                                      \
   template cudaError_t jax_flash::cuda::run_fwd_sm90_masks_hdim<jax_flash::DType::DTYPE, HDIM>( \
+      const jax_flash::FwdParams&, cudaStream_t);
+
+#define JAX_FLASH_INSTANTIATE_FWD_SM90_LOGITS(DTYPE, HDIM)                                      \
+  template cudaError_t jax_flash::cuda::run_fwd_sm90_logits_hdim<jax_flash::DType::DTYPE, HDIM>( \
       const jax_flash::FwdParams&, cudaStream_t);
 
 #define JAX_FLASH_INSTANTIATE_FWD_SM90(DTYPE, HDIM)                                      \

@@ -16,7 +16,8 @@ cudaError_t run_fwd_varm_hdim(const FwdParams& params, cudaStream_t stream);
 // The generic variants kernel (same tiles; its own build unit per head dim
 // and dtype, instantiations/fwd_var_hdim*_*.cu). Masks-only variants with
 // vector copies go to the Hopper masks kernel in 90a builds on cc 9.0, else
-// to the SM80 masks-only kernel.
+// to the SM80 masks-only kernel; soft-cap / ALiBi without dropout, with
+// vector copies, to the Hopper logits kernel there, else to the generic one.
 template <DType kDType, int kHeadDim>
 cudaError_t run_fwd_var_hdim(const FwdParams& params, bool vec_ok, cudaStream_t stream) {
   using Traits = fwd::DefaultTraits<kHeadDim, kDType>;
@@ -31,6 +32,17 @@ cudaError_t run_fwd_var_hdim(const FwdParams& params, bool vec_ok, cudaStream_t 
 #endif
     return run_fwd_varm_hdim<kDType, kHeadDim>(params, stream);
   }
+#if defined(JAX_FLASH_FWD_SM90)
+  // Soft-cap / ALiBi without dropout (with or without masks): the wgmma
+  // logits kernel (fwd_sm90_logits_*.cu units) on cc 9.0 devices;
+  // cudaErrorNotSupported otherwise (dropout too), then the generic kernel.
+  if constexpr (kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256) {
+    if (vec_ok && !variant_masks_only(params)) {
+      const cudaError_t err = run_fwd_sm90_logits_hdim<kDType, kHeadDim>(params, stream);
+      if (err != cudaErrorNotSupported) return err;
+    }
+  }
+#endif
   return fwd::launch_fwd<Traits, true, kVarGeneral>(params, stream, vec_ok);  // vec_ok read at run time
 }
 

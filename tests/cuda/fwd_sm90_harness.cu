@@ -4,6 +4,9 @@
 //   fwd_sm90_harness --masks   masks-only variants kernel (kMasks): variant
 //                              cases (variant_ref.h), then d128 8k timings
 //                              against plain causal on the sm90 kernel
+//   fwd_sm90_harness --logits  soft-cap / ALiBi kernel (kLogits), alone and
+//                              with masks: cases (variant_ref.h), then d128
+//                              8k timings against plain causal
 // Reference, NaN poisoning, tolerance and timing come from fwd_harness.cu
 // (included, its main() compiled out); run_case calls g_run_fwd, pointed
 // here at the Hopper kernel. Build: make -f Makefile.sm90 (see there).
@@ -50,6 +53,62 @@ static cudaError_t sm90_masks_fwd(const FwdParams& p, cudaStream_t s) {
   return cudaErrorInvalidValue;
 }
 
+// The Hopper logits kernel (soft-cap / ALiBi, with or without masks).
+static cudaError_t sm90_logits_fwd(const FwdParams& p, cudaStream_t s) {
+  if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return cudaSuccess;
+  const bool h = p.dtype == DType::kFloat16;
+  if (p.head_dim <= 64)
+    return h ? jf::run_fwd_sm90_logits_hdim<DType::kFloat16, 64>(p, s) : jf::run_fwd_sm90_logits_hdim<DType::kBFloat16, 64>(p, s);
+  if (p.head_dim <= 128)
+    return h ? jf::run_fwd_sm90_logits_hdim<DType::kFloat16, 128>(p, s) : jf::run_fwd_sm90_logits_hdim<DType::kBFloat16, 128>(p, s);
+  if (p.head_dim <= 256)
+    return h ? jf::run_fwd_sm90_logits_hdim<DType::kFloat16, 256>(p, s) : jf::run_fwd_sm90_logits_hdim<DType::kBFloat16, 256>(p, s);
+  return cudaErrorInvalidValue;
+}
+
+// Soft-cap / ALiBi cases: those of vref::cases without dropout (d64 / d128,
+// both dtypes, again at d256), then per head dim 64 / 128 / 256 and dtype
+// each transform set with causal / window / lengths / segments / offsets,
+// odd sizes, GQA / MQA, empty rows, long rows and far positions.
+static std::vector<vref::VarCase> logits_cases() {
+  std::vector<vref::VarCase> v;
+  const DType B = DType::kBFloat16, H = DType::kFloat16;
+  for (const vref::VarCase& c : vref::cases(false)) {
+    if ((c.softcap == 0.f && c.alibi == 0) || c.dropout != 0.f) continue;
+    if (c.D != 64 && c.D != 128) continue;
+    for (DType t : {B, H}) {
+      vref::VarCase x = c;
+      x.dt = t;
+      v.push_back(x);
+    }
+    if (c.D == 128) {
+      vref::VarCase x = c;
+      x.D = 256;
+      v.push_back(x);
+    }
+  }
+  auto add = [&](vref::VarCase c) { v.push_back(c); };
+  for (int D : {64, 128, 256})
+    for (DType t : {B, H}) {
+      { vref::VarCase c{"softcap 20 + causal, GQA", 2, 257, 301, 4, 2, D, t}; c.softcap = 20.f; c.causal = true; add(c); }
+      { vref::VarCase c{"alibi [Hq] + window 50/20 (two-sided)", 2, 190, 230, 4, 2, D, t}; c.alibi = 1; c.left = 50; c.right = 20; add(c); }
+      { vref::VarCase c{"alibi [B,Hq] + causal + offset 100, MQA", 2, 129, 333, 4, 1, D, t}; c.alibi = 2; c.causal = true; c.query_offset = 100; add(c); }
+      { vref::VarCase c{"softcap 30 + alibi + lengths + batch offsets", 3, 190, 230, 2, 2, D, t}; c.softcap = 30.f; c.alibi = 1; c.lengths = true; c.batch_offsets = true; c.causal = true; add(c); }
+      { vref::VarCase c{"softcap 30 + alibi [B,Hq] + segments + causal", 2, 500, 500, 2, 2, D, t}; c.softcap = 30.f; c.alibi = 2; c.segments = true; c.causal = true; add(c); }
+      { vref::VarCase c{"softcap 10 + segments, Sq != Sk", 2, 170, 260, 2, 1, D, t}; c.softcap = 10.f; c.segments = true; add(c); }
+      { vref::VarCase c{"softcap 50 + alibi, long, not causal", 1, 1000, 1500, 2, 1, D, t}; c.softcap = 50.f; c.alibi = 1; add(c); }
+      { vref::VarCase c{"alibi [Hq], causal Sq > Sk (empty rows)", 2, 333, 129, 2, 2, D, t}; c.alibi = 1; c.causal = true; c.query_offset = -200; add(c); }
+      { vref::VarCase c{"alibi + window, Sq 1", 3, 1, 1000, 4, 2, D, t}; c.alibi = 1; c.left = 300; c.right = 100; c.query_offset = 500; add(c); }
+      { vref::VarCase c{"alibi [Hq] + offset 3000, not causal", 1, 200, 700, 2, 1, D, t}; c.alibi = 1; c.query_offset = 3000; add(c); }
+      { vref::VarCase c{"softcap 15 + alibi [B,Hq] + all masks", 3, 401, 377, 4, 2, D, t}; c.causal = true; c.left = 90; c.lengths = true; c.batch_offsets = true; c.query_offset = 7; c.segments = true; c.softcap = 15.f; c.alibi = 2; add(c); }
+      { vref::VarCase c{"softcap 5, Sk 17, offset 5, causal", 2, 129, 17, 2, 1, D, t}; c.causal = true; c.query_offset = 5; c.softcap = 5.f; add(c); }
+    }
+  // head dims padded onto the 64 / 256 kernels
+  { vref::VarCase c{"head dim 40: softcap + causal + window", 2, 97, 131, 2, 1, 40, B}; c.causal = true; c.left = 20; c.softcap = 8.f; add(c); }
+  { vref::VarCase c{"head dim 200: alibi + lengths + segments", 2, 150, 180, 2, 1, 200, H}; c.alibi = 1; c.lengths = true; c.segments = true; add(c); }
+  return v;
+}
+
 // Masks-only variant cases: the masks-only ones of vref::cases (d64 / d128),
 // each in both dtypes and again at d256, plus odd sizes, skipping-heavy and
 // empty-row cases.
@@ -90,8 +149,8 @@ static std::vector<vref::VarCase> masks_cases() {
 // Masks kernel vs plain causal on the sm90 kernel, d128 seqlen 8k, 16 heads,
 // b=1, bf16 (the shape of fwd_harness --variants); the SM80 run_fwd beside
 // it (-1 when built with SM80=0).
-static void bench_masks() {
-  const int s = 8192, d = 128, h = 16, b = 1;
+static void bench_masks(bool logits = false, int d = 128) {
+  const int s = 8192, h = 16, b = 1;
   const int64_t n = int64_t(b) * s * h * d;
   void *q, *k, *v, *o; float* lse;
   CK(cudaMalloc(&q, n * 2)); CK(cudaMalloc(&k, n * 2)); CK(cudaMalloc(&v, n * 2)); CK(cudaMalloc(&o, n * 2));
@@ -142,8 +201,20 @@ static void bench_masks() {
     cudaEventDestroy(e0); cudaEventDestroy(e1);
     return double(ms) / iters;
   };
+  std::vector<float> slopes(h);
+  for (int i = 0; i < h; ++i) slopes[i] = float(std::pow(2.0, -8.0 * (i + 1) / h));
+  const float* d_slopes = vd.put(slopes);
   struct V { const char* name; FwdParams p; };
   std::vector<V> vs;
+  if (logits) {
+    { FwdParams p = base(); p.softcap = 30.f; vs.push_back({"softcap 30", p}); }
+    { FwdParams p = base(); p.alibi_slopes = d_slopes; vs.push_back({"alibi [Hq]", p}); }
+    { FwdParams p = base(); p.softcap = 30.f; p.alibi_slopes = d_slopes; vs.push_back({"softcap 30 + alibi", p}); }
+    { FwdParams p = base(); p.softcap = 30.f; p.window_left = 4096; vs.push_back({"softcap 30 + window 4096", p}); }
+    { FwdParams p = base(); p.alibi_slopes = d_slopes; p.q_segment_ids = p.kv_segment_ids = d_pids; p.q_segment_ranges = p.kv_segment_ranges = d_prng; vs.push_back({"alibi + packed docs (7)", p}); }
+    { FwdParams p = base(); p.causal = false; p.alibi_slopes = d_slopes; vs.push_back({"alibi, not causal (vs causal)", p}); }
+    { FwdParams p = base(); p.softcap = 30.f; vs.push_back({"softcap 30 (again: spread)", p}); }
+  } else {
   vs.push_back({"plain params (kMasks overhead)", base()});
   { FwdParams p = base(); p.window_left = 1 << 30; vs.push_back({"no-op window", p}); }
   { FwdParams p = base(); p.window_left = 4096; vs.push_back({"window 4096 (fewer tiles)", p}); }
@@ -151,24 +222,43 @@ static void bench_masks() {
   { FwdParams p = base(); p.q_segment_ids = p.kv_segment_ids = d_ids; p.q_segment_ranges = p.kv_segment_ranges = d_rng; vs.push_back({"segments (one doc)", p}); }
   { FwdParams p = base(); p.query_offsets = d_offs; vs.push_back({"query_offsets (0)", p}); }
   { FwdParams p = base(); p.q_segment_ids = p.kv_segment_ids = d_pids; p.q_segment_ranges = p.kv_segment_ranges = d_prng; vs.push_back({"packed docs (7, 300-2500)", p}); }
+  }
+  TuneFn fn_var = logits ? &sm90_logits_fwd : &sm90_masks_fwd;
   const double flops = 4.0 * s * double(s) * d * h * b / 2;
   const double ms0 = time_ms(&sm90_fwd, base());
-  std::printf("\n== masks-only variants, d=%d s=%d h=%d b=%d bf16 causal: sm90 masks kernel vs sm90 plain causal "
-              "%.3f ms (%.1f TFLOP/s); sm80 = run_fwd (SM80 masks kernel; -1 = not in this build) ==\n",
-              d, s, h, b, ms0, flops / (ms0 / 1e3) / 1e12);
+  std::printf("\n== %s variants, d=%d s=%d h=%d b=%d bf16 causal: sm90 %s kernel vs sm90 plain causal "
+              "%.3f ms (%.1f TFLOP/s); sm80 = run_fwd (SM80 kernel; -1 = not in this build) ==\n",
+              logits ? "soft-cap / ALiBi" : "masks-only", d, s, h, b, logits ? "logits" : "masks", ms0,
+              flops / (ms0 / 1e3) / 1e12);
   for (const V& x : vs) {
-    const double ms = time_ms(&sm90_masks_fwd, x.p);
+    const double ms = time_ms(fn_var, x.p);
+    std::string alt_cols;
+    if (logits)
+      for (const Sm90Alt& a : sm90_alts())
+        if (a.d == d && std::string(a.name).rfind("logits", 0) == 0) {
+          const double ma = time_ms(a.fn, x.p);
+          char buf[128];
+          std::snprintf(buf, sizeof buf, "  | %s %.3f ms x%.3f", a.name, ma, ma / ms0);
+          alt_cols += buf;
+        }
 #ifdef SM90_NO_SM80
     const double ms80 = -1.0;
 #else
     const double ms80 = time_ms(&jf::run_fwd, x.p);
 #endif
-    std::printf("MBENCH %-32s sm90 %.3f ms  x%.3f vs sm90 plain causal  |  sm80 %.3f ms  x%.3f\n", x.name, ms,
-                ms / ms0, ms80, ms80 > 0 ? ms80 / ms0 : -1.0);
+    std::printf("%s d%d %-32s sm90 %.3f ms  x%.3f vs sm90 plain causal  |  sm80 %.3f ms  x%.3f%s\n",
+                logits ? "LBENCH" : "MBENCH", d, x.name, ms, ms / ms0, ms80, ms80 > 0 ? ms80 / ms0 : -1.0,
+                alt_cols.c_str());
     if (x.p.q_segment_ids == d_pids)
       std::printf("MBENCH packed docs: real-work rate %.3f of plain causal's (sm90)\n",
                   (4.0 * pairs * d * h * b / ms) / (flops / ms0));
     std::fflush(stdout);
+  }
+  std::printf("%s plain causal again: %.3f ms\n", logits ? "LBENCH" : "MBENCH", time_ms(&sm90_fwd, base()));
+  if (logits) {
+    FwdParams p = base();
+    p.causal = false;
+    std::printf("LBENCH plain not causal (for the alibi not-causal row): %.3f ms\n", time_ms(&sm90_fwd, p));
   }
   vd.free_all();
   cudaFree(q); cudaFree(k); cudaFree(v); cudaFree(o); cudaFree(lse);
@@ -195,7 +285,7 @@ static void bench_sm90() {
         std::printf("BENCH d=%3d seqlen=%5d b=%d h=%2d causal=%d  sm90 %.1f TFLOP/s  sm80 %.1f TFLOP/s  x%.3f", d, s, b,
                     h, int(causal), tn, to, tn / to);
         for (const Sm90Alt& a : alts)
-          if (a.d == d) std::printf("  | %s %.1f", a.name, time_config(a.fn, b, s, h, d, causal, DType::kBFloat16));
+          if (a.d == d && std::string(a.name).rfind("logits", 0) != 0) std::printf("  | %s %.1f", a.name, time_config(a.fn, b, s, h, d, causal, DType::kBFloat16));
         std::printf("\n");
         std::fflush(stdout);
       }
@@ -204,6 +294,26 @@ static void bench_sm90() {
 }
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "--logits") {
+    const auto vc = logits_cases();
+    g_run_var = &sm90_logits_fwd;
+    uint64_t seed = 701;
+    for (const auto& c : vc) run_var_case(c, seed++);
+    std::printf("%d / %zu soft-cap / ALiBi variant cases failed (sm90 logits kernel)\n", g_fail, vc.size());
+    for (const Sm90Alt& a : sm90_alts()) {
+      if (std::string(a.name).rfind("logits", 0) != 0) continue;
+      int n = 0;
+      g_run_var = a.fn;
+      std::printf("-- alternative: d%d %s --\n", a.d, a.name);
+      for (const auto& c : vc)
+        if (c.D == a.d) { run_var_case(c, seed++); ++n; }
+      std::printf("%d failed so far (%d cases of this alternative)\n", g_fail, n);
+    }
+    bench_masks(true, 128);
+    bench_masks(true, 64);
+    bench_masks(true, 256);
+    return g_fail ? 1 : 0;
+  }
   if (argc > 1 && std::string(argv[1]) == "--masks") {
     const auto vc = masks_cases();
     g_run_var = &sm90_masks_fwd;
@@ -242,6 +352,7 @@ int main(int argc, char** argv) {
   if (!only_bench) {
     // alternative configurations (bf16, Sq and Sk <= 1000 cases of their head dim)
     for (const Sm90Alt& a : sm90_alts()) {
+      if (std::string(a.name).rfind("logits", 0) == 0) continue;  // --logits mode only
       int n = 0;
       g_run_fwd = a.fn;
       std::printf("-- alternative: d%d %s --\n", a.d, a.name);
