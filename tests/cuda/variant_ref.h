@@ -294,6 +294,11 @@ inline std::vector<VarCase> cases(bool small) {
     VarCase w{"sanitize: window+offset", 2, 45, 131, 2, 1, 64, F16};
     w.left = 30; w.right = 7; w.query_offset = 60;
     add(w);
+    // Masks only at d128 over several tiles: the Hopper backward's masks
+    // kernel on H100 (segment scan, skipped tiles, element masks).
+    VarCase m{"sanitize: segments+causal+lengths+offsets (masks only) GQA", 2, 200, 260, 4, 2, 128, B16};
+    m.causal = true; m.segments = true; m.lengths = true; m.batch_offsets = true; m.query_offset = 30;
+    add(m);
     return v;
   }
   for (int D : {64, 128}) {
