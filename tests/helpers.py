@@ -79,3 +79,16 @@ def gpu_devices():
         return jax.devices("gpu")
     except RuntimeError:
         return []
+
+
+def skip_unless_cuda_head_dim(d, variants=False):
+    """Skip a GPU case whose head dim has no kernel in this build (builds for
+    a subset of head dims, JAX_FLASH_CUDA_HEAD_DIMS / _VARIANT_HEAD_DIMS: a
+    head dim runs on the smallest compiled one >= it). Full builds skip
+    nothing."""
+    import pytest
+    from jax_flash import _ffi
+
+    built = _ffi.cuda_head_dims(variants)
+    if built and not any(x >= d for x in built):
+        pytest.skip(f"head_dim {d}: no {'variants ' if variants else ''}CUDA kernel in this build {built}")

@@ -76,6 +76,20 @@ def test_workspace_head_dim_without_cuda_is_the_32_multiple(monkeypatch):
     assert [partitioning._kernel_head_dim(d, True) for d in (1, 32, 33, 100, 256)] == [32, 32, 64, 128, 256]
 
 
+def test_gpu_tests_skip_head_dims_this_build_lacks(monkeypatch):
+    from helpers import skip_unless_cuda_head_dim
+    from jax_flash import _ffi
+
+    built = {False: (64, 128), True: (64, 128)}
+    monkeypatch.setattr(_ffi, "cuda_head_dims", lambda v=False: built[bool(v)])
+    skip_unless_cuda_head_dim(96)  # runs padded on 128
+    skip_unless_cuda_head_dim(128, variants=True)
+    with pytest.raises(pytest.skip.Exception, match="head_dim 160"):
+        skip_unless_cuda_head_dim(160)
+    with pytest.raises(pytest.skip.Exception, match="variants"):
+        skip_unless_cuda_head_dim(256, variants=True)
+
+
 def _cuda_workspace_bytes(batch, hq, sq, d_pad, deterministic):
     """cpp/cuda/bwd_dispatch.h: each region rounded up to 256 B over the batch;
     deterministic mode keeps the accumulator, plus order counters, at 64/128."""
