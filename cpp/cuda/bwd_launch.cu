@@ -6,6 +6,7 @@
 #include "cuda/bwd_dispatch.h"
 #include "cuda/head_dims.h"
 #include "cuda/launch.h"
+#include "cuda/variants.cuh"  // variant_masks_only
 
 namespace jax_flash::cuda {
 
@@ -68,8 +69,7 @@ cudaError_t dispatch_bwd(const BwdParams& p, BwdLaunchFlags f, cudaStream_t s) {
       return run_bwd_hdim<kDType, D>(for_kernel<D>(p), f, s);
     });
   // Masks-only variants: no soft-cap, ALiBi or dropout.
-  const bool masks = p.softcap == 0.f && p.alibi_slopes == nullptr &&
-                     !(p.dropout_rate > 0.f && p.dropout_seed != nullptr);
+  const bool masks = variant_masks_only(p);
   return dispatch_head_dim<true>(p.head_dim, [&](auto d) {
     constexpr int D = decltype(d)::value;
 #if defined(JAX_FLASH_BWD_SM90)

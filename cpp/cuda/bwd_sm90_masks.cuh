@@ -1,8 +1,9 @@
 // Masks-only variants (window, lengths, query offsets, segment ids;
 // cuda::Variant) in the Hopper dK/dV kernel: the per-CTA pieces that the
 // plain kernel has no use for. The kernel's kMasks instantiation keeps these
-// in shared memory past its SharedStorage (kMaskSmemBytes), so the plain
-// instantiation's layout and code stay as they were.
+// in shared memory past its SharedStorage (BwdSm90Traits::MaskSmem, counted
+// in kSmemBytes), so the plain instantiation's layout and code stay as they
+// were.
 #pragma once
 
 #include <climits>
@@ -51,8 +52,7 @@ __device__ __forceinline__ int tile_flags(const Variant& v, int m0, int M, int n
 // cannot meet it are still skipped one by one (by the caller), unless
 // ms.one_id: every block of the range and the key tile hold one id (a key
 // tile inside a lone document), when no tile needs its ids searched or
-// compared. Every
-// thread of the CTA calls this (two barriers).
+// compared. Every thread of the CTA calls this (two barriers).
 template <int M, int kThreads, class MaskSmem>
 __device__ __forceinline__ void narrow_query_tiles(const Variant& var, const BwdParams& p, int b,
                                                    const Variant::SegRange& k_rng, int tid,

@@ -66,17 +66,14 @@ static cudaError_t sm90_logits_fwd(const FwdParams& p, cudaStream_t s) {
   return cudaErrorInvalidValue;
 }
 
-// Soft-cap / ALiBi cases: those of vref::cases without dropout (d64 / d128,
-// both dtypes, again at d256), then per head dim 64 / 128 / 256 and dtype
-// each transform set with causal / window / lengths / segments / offsets,
-// odd sizes, GQA / MQA, empty rows, long rows and far positions.
-static std::vector<vref::VarCase> logits_cases() {
+// The d64 / d128 cases of vref::cases that `keep` selects, each in both
+// dtypes, and the d128 ones again at d256.
+template <class Keep>
+static std::vector<vref::VarCase> base_cases(Keep keep) {
   std::vector<vref::VarCase> v;
-  const DType B = DType::kBFloat16, H = DType::kFloat16;
   for (const vref::VarCase& c : vref::cases(false)) {
-    if ((c.softcap == 0.f && c.alibi == 0) || c.dropout != 0.f) continue;
-    if (c.D != 64 && c.D != 128) continue;
-    for (DType t : {B, H}) {
+    if (!keep(c) || (c.D != 64 && c.D != 128)) continue;
+    for (DType t : {DType::kBFloat16, DType::kFloat16}) {
       vref::VarCase x = c;
       x.dt = t;
       v.push_back(x);
@@ -87,6 +84,17 @@ static std::vector<vref::VarCase> logits_cases() {
       v.push_back(x);
     }
   }
+  return v;
+}
+
+// Soft-cap / ALiBi cases: those of vref::cases without dropout (d64 / d128,
+// both dtypes, again at d256), then per head dim 64 / 128 / 256 and dtype
+// each transform set with causal / window / lengths / segments / offsets,
+// odd sizes, GQA / MQA, empty rows, long rows and far positions.
+static std::vector<vref::VarCase> logits_cases() {
+  std::vector<vref::VarCase> v = base_cases(
+      [](const vref::VarCase& c) { return (c.softcap != 0.f || c.alibi != 0) && c.dropout == 0.f; });
+  const DType B = DType::kBFloat16, H = DType::kFloat16;
   auto add = [&](vref::VarCase c) { v.push_back(c); };
   for (int D : {64, 128, 256})
     for (DType t : {B, H}) {
@@ -113,22 +121,9 @@ static std::vector<vref::VarCase> logits_cases() {
 // each in both dtypes and again at d256, plus odd sizes, skipping-heavy and
 // empty-row cases.
 static std::vector<vref::VarCase> masks_cases() {
-  std::vector<vref::VarCase> v;
+  std::vector<vref::VarCase> v = base_cases(
+      [](const vref::VarCase& c) { return c.softcap == 0.f && c.alibi == 0 && c.dropout == 0.f; });
   const DType B = DType::kBFloat16, H = DType::kFloat16;
-  for (const vref::VarCase& c : vref::cases(false)) {
-    if (c.softcap != 0.f || c.alibi != 0 || c.dropout != 0.f) continue;
-    if (c.D != 64 && c.D != 128) continue;
-    for (DType t : {B, H}) {
-      vref::VarCase x = c;
-      x.dt = t;
-      v.push_back(x);
-    }
-    if (c.D == 128) {
-      vref::VarCase x = c;
-      x.D = 256;
-      v.push_back(x);
-    }
-  }
   auto add = [&](vref::VarCase c) { v.push_back(c); };
   for (int D : {64, 128, 256}) {
     const DType t = D == 128 ? H : B;
