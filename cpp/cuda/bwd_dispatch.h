@@ -43,6 +43,13 @@ cudaError_t run_bwd_sm90_hdim(const BwdParams& params, BwdLaunchFlags flags, cud
 template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_sm90_masks_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream);
 
+// Soft-cap and / or ALiBi (with or without the masks-only variants; no
+// dropout) on the Hopper kernel, atomic mode (instantiations/
+// bwd_sm90_logits_*.cu, built like the masks units); cudaErrorNotSupported
+// where it does not apply.
+template <DType kDType, int kHeadDim>
+cudaError_t run_bwd_sm90_logits_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream);
+
 // Same for head dim 256 (bwd_sm90_wide_kernel.cuh: the warpgroups split the
 // head dim; instantiations/bwd_sm90_hdim256_*.cu).
 template <DType kDType, int kHeadDim>

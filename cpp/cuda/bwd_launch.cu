@@ -68,7 +68,9 @@ cudaError_t dispatch_bwd(const BwdParams& p, BwdLaunchFlags f, cudaStream_t s) {
 #endif
       return run_bwd_hdim<kDType, D>(for_kernel<D>(p), f, s);
     });
-  // Masks-only variants: no soft-cap, ALiBi or dropout.
+  // Masks-only variants: no soft-cap, ALiBi or dropout. On Hopper (90a
+  // builds, d64 / d128, atomic, aligned) the wgmma kernels take them, and
+  // soft-cap / ALiBi without dropout; else (or NotSupported) the SM80 ones.
   const bool masks = variant_masks_only(p);
   return dispatch_head_dim<true>(p.head_dim, [&](auto d) {
     constexpr int D = decltype(d)::value;
@@ -76,6 +78,10 @@ cudaError_t dispatch_bwd(const BwdParams& p, BwdLaunchFlags f, cudaStream_t s) {
     if constexpr (D == 64 || D == 128) {
       if (masks) {
         const cudaError_t err = run_bwd_sm90_masks_hdim<kDType, D>(p, f, s);
+        if (err != cudaErrorNotSupported) return err;
+      } else if (!(p.dropout_rate > 0.f && p.dropout_seed != nullptr)) {
+        // Soft-cap / ALiBi without dropout.
+        const cudaError_t err = run_bwd_sm90_logits_hdim<kDType, D>(p, f, s);
         if (err != cudaErrorNotSupported) return err;
       }
     }

@@ -28,6 +28,11 @@
 // tile's skipped, element masks on the tiles that need them only. Atomic
 // mode only. Off, the code is the plain kernel's.
 //
+// kLogits (BwdSm90LogitsTraits, bwd_sm90_logits.cuh: a kMasks traits with
+// fwd::kLogitSoftcap / kLogitAlibi bits): soft-cap and ALiBi on top of the
+// masks, the SM80 generic backward's math (Variant::logit_log2, dS times
+// 1 - tanh^2). Traits without it (plain, masks) compile as before.
+//
 // Deterministic mode (dq_order != nullptr) is the same kernel with the dQ
 // reduces of each query tile put in a fixed order: highest key tile first.
 // One counter per (batch, q head, query tile) counts the reduces done; a CTA
@@ -49,6 +54,7 @@
 
 #include "cuda/bwd_kernel.cuh"      // lse_to_log2, preprocess / convert
 #include "cuda/bwd_sm90_common.cuh" // smem layouts, tile loads, dK/dV store
+#include "cuda/bwd_sm90_logits.cuh" // (kLogits) soft-cap / ALiBi passes
 #include "cuda/bwd_sm90_masks.cuh"  // (kMasks) segment scan, mask smem
 #include "cuda/fwd_sm90_kernel.cuh" // wgmma_issue, PAsALayout
 #include "cuda/utils.cuh"           // load_tile, acc_rowcol_layout, convert_regs
@@ -157,10 +163,20 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
   constexpr int M = Traits::kBlockM, N = Traits::kBlockN, D = Traits::kHeadDim;
   using Storage = typename Traits::SharedStorage;
   constexpr bool kMasks = Traits::kMasks;
+  constexpr int kLogits = fwd::LogitsOf<Traits>::value;  // (kMasks kernels only)
+  static_assert(kLogits == 0 || kMasks);
+  constexpr bool kCap = (kLogits & kLogitSoftcap) != 0, kAlibi = (kLogits & kLogitAlibi) != 0;
 
   extern __shared__ __align__(1024) char smem_raw[];
   Storage& smem = *reinterpret_cast<Storage*>(smem_raw);
   [[maybe_unused]] auto& msmem = *reinterpret_cast<typename Traits::MaskSmem*>(smem_raw + sizeof(Storage));
+  // (kLogits) LogitSmem after the MaskSmem.
+  auto lsmem = [&]() -> auto& {
+    if constexpr (kLogits != 0)
+      return *reinterpret_cast<typename Traits::LogitSmem*>(smem_raw + sizeof(Storage) + sizeof(msmem));
+    else
+      return msmem;  // unused
+  };
 
   const int tid = threadIdx.x;
   const int Sq = p.seqlen_q, Sk = p.seqlen_k;
@@ -189,6 +205,10 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
       msmem.k_mn = k_rng.mn;
       msmem.k_mx = k_rng.mx;
       msmem.one_id = 0;
+      if constexpr (kLogits != 0) {
+        lsmem().qk_mul = kCap ? p.scale / p.softcap : 0.f;
+        lsmem().cap_log2 = kCap ? p.softcap * bwd::kLog2e : 0.f;
+      }
     }
     if (tid < N) msmem.kseg[tid] = var.segments() && n0 + tid < Sk ? int(p.kv_segment_ids[int64_t(b) * Sk + n0 + tid]) : 0;
   }
@@ -238,6 +258,9 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
         const bool valid = m0 + tid < Sq;
         bwd::cp_async4(&msmem.qseg[st][tid], p.q_segment_ids + int64_t(b) * Sq + (valid ? m0 + tid : 0), valid);
       }
+    }
+    if constexpr (kAlibi) {  // this q head's slope
+      if (tid == Traits::kNThreads - 1) bwd::cp_async4(&lsmem().slope[st], p.alibi_slopes + int64_t(b) * p.alibi_batch_stride + h, true);
     }
   };
   // (kMasks) The iteration after `i`, past query tiles whose ids cannot meet
@@ -400,7 +423,31 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
     Tensor s = make_tensor(acc_s.data(), fwd::acc_rowcol_layout(acc_s.layout()));
     const float* lse_st = smem.lse[st];
     const float* dsum_st = smem.dsum[st];
-    if constexpr (kMasks) {
+    // (kLogits) This thread's (key, query) offset from thread 0's
+    // coordinates, and the tile's ALiBi bias.
+    [[maybe_unused]] const int rb = get<0>(tSc_rc(0, 0)) - get<0>(tSc0_rc(0, 0));
+    [[maybe_unused]] const int cb = get<1>(tSc_rc(0, 0)) - get<1>(tSc0_rc(0, 0));
+    // (made where used, from smem: no registers held between the passes)
+    [[maybe_unused]] auto alibi = [&]() {
+      if constexpr (kAlibi)
+        return AlibiTile(lsmem().slope[st] * bwd::kLog2e, m0 + msmem.offset, n0, M, N, rb, cb);
+      else
+        return AlibiTile(0.f, 0, 0, M, N, 0, 0);
+    };
+    // (kLogits) The masks after P^T (and dS^T: with soft-cap, made together).
+    [[maybe_unused]] auto logit_masks = [&](auto&& zero) {
+      const int flags = msmem.ring[step & 3][1];
+      if (flags & kTileMask)
+        masks_t(tSc0_rc, rb, cb, msmem.qseg[st], msmem.kseg, flags & kTileSeg, msmem.variant(p, b).tile_mask(m0, n0),
+                zero);
+    };
+    if constexpr (kLogits != 0) {
+      logits_pass1<kLogits>(s, tSc0_rc, cb, lse_st, scale_log2, kCap ? lsmem().qk_mul : 0.f, alibi());
+      if constexpr (!kCap) logit_masks([&](int r, int c) { s(r, c) = 0.f; });
+      // The tanh before the dP^T wait: without this (register-only math)
+      // it was scheduled after it, not under the wgmma.
+      if constexpr (kCap) warpgroup_fence_operand(acc_s);
+    } else if constexpr (kMasks) {
       const int flags = msmem.ring[step & 3][1];
       const bool mask = flags & kTileMask;
       masked_probs_t(s, tSc_rc, tSc0_rc, lse_st, msmem.qseg[st], msmem.kseg, scale_log2, mask,
@@ -425,7 +472,9 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
     }
     // At 128 query rows the bf16 P^T is made only after dS^T, so that the
     // fp32 P^T, dP^T, dK and dV are the most ever live (255 registers).
-    constexpr bool kConvertPLate = M > 64 && !Traits::kEarlyDv;
+    // (kLogits: soft-cap's P^T exists only after dP^T; ALiBi alone spilled
+    // with the early conversion, and ptxas serialised the wgmmas: C7519.)
+    constexpr bool kConvertPLate = (M > 64 && !Traits::kEarlyDv) || kLogits != 0;
     using FragP = decltype(fwd::convert_regs<Element>(acc_s));
     FragP rP;
     if constexpr (!kConvertPLate) rP = fwd::convert_regs<Element>(acc_s);
@@ -438,11 +487,19 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
     }
     warpgroup_fence_operand(acc_dp);
     Tensor ds = make_tensor(acc_dp.data(), fwd::acc_rowcol_layout(acc_dp.layout()));
+    if constexpr (kCap) {
+      softcap_pass2<kLogits>(s, ds, tSc0_rc, cb, lse_st, dsum_st, lsmem().cap_log2, alibi());
+      logit_masks([&](int r, int c) {
+        s(r, c) = 0.f;
+        ds(r, c) = 0.f;
+      });
+    } else {
 #pragma unroll
-    for (int c = 0; c < size<1>(ds); ++c) {
-      const float dd = dsum_st[get<1>(tSc_rc(0, c))];
+      for (int c = 0; c < size<1>(ds); ++c) {
+        const float dd = dsum_st[get<1>(tSc_rc(0, c))];
 #pragma unroll
-      for (int r = 0; r < size<0>(ds); ++r) ds(r, c) = s(r, c) * (ds(r, c) - dd);
+        for (int r = 0; r < size<0>(ds); ++r) ds(r, c) = s(r, c) * (ds(r, c) - dd);
+      }
     }
     if constexpr (kConvertPLate) rP = fwd::convert_regs<Element>(acc_s);
 

@@ -2,7 +2,8 @@
 // opt-in, launch sequence (the SM80 path's preprocess and dQ convert kernels
 // around the sm90 dK/dV kernel). Head dim == the instantiated one, 16
 // B-aligned inputs; plain attention in atomic or deterministic (ordered dQ
-// reduces) mode, or masks-only variants in atomic mode; anything else
+// reduces) mode, or masks-only variants, soft-cap or ALiBi (with or without
+// masks) in atomic mode; anything else
 // answers cudaErrorNotSupported so the caller can fall back to the SM80
 // kernels.
 // Included only by instantiations/bwd_sm90_*.cu.
@@ -50,7 +51,13 @@ cudaError_t launch_bwd_sm90(const BwdParams& p, BwdLaunchFlags flags, cudaStream
   using Element = typename Traits::Element;
   constexpr int D = Traits::kHeadDim;
   if (!flags.vec_ok || p.head_dim != D) return cudaErrorNotSupported;
-  if constexpr (Traits::kMasks) {
+  if constexpr (fwd::LogitsOf<Traits>::value != 0) {
+    // Soft-cap / ALiBi (this kernel's set), with or without masks, atomic
+    // mode, no dropout.
+    if (p.deterministic || logits_kind(p) != fwd::LogitsOf<Traits>::value ||
+        (p.dropout_rate > 0.f && p.dropout_seed != nullptr))
+      return cudaErrorNotSupported;
+  } else if constexpr (Traits::kMasks) {
     // Masks-only variants, atomic mode (deterministic: the SM80 pair).
     if (p.deterministic || !variant_masks_only(p)) return cudaErrorNotSupported;
   }
@@ -103,7 +110,32 @@ cudaError_t run_bwd_sm90_masks_hdim(const BwdParams& params, BwdLaunchFlags flag
   return bwd90::launch_bwd_sm90<Traits>(params, flags, stream);
 }
 
+// Soft-cap and / or ALiBi, with or without the masks-only variants, atomic
+// mode, vector-aligned inputs, no dropout (else NotSupported): the masks
+// kernel's tiles, one kernel per transform set.
+template <DType kDType, int kHeadDim>
+cudaError_t run_bwd_sm90_logits_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream) {
+  using Masks = bwd90::BwdSm90Traits<kHeadDim, bwd::ElementOf<kDType>, true, false, false,
+                                     kBwdSm90BlockM<kHeadDim>, true>;
+  using bwd90::BwdSm90LogitsTraits;
+  switch (bwd90::logits_kind(params)) {
+    case fwd::kLogitSoftcap:
+      return bwd90::launch_bwd_sm90<BwdSm90LogitsTraits<Masks, fwd::kLogitSoftcap>>(params, flags, stream);
+    case fwd::kLogitAlibi:
+      return bwd90::launch_bwd_sm90<BwdSm90LogitsTraits<Masks, fwd::kLogitAlibi>>(params, flags, stream);
+    case fwd::kLogitSoftcap | fwd::kLogitAlibi:
+      return bwd90::launch_bwd_sm90<BwdSm90LogitsTraits<Masks, fwd::kLogitSoftcap | fwd::kLogitAlibi>>(
+          params, flags, stream);
+    default:
+      return cudaErrorNotSupported;
+  }
+}
+
 }  // namespace jax_flash::cuda
+
+#define JAX_FLASH_INSTANTIATE_BWD_SM90_LOGITS(DTYPE, HDIM)                                       \
+  template cudaError_t jax_flash::cuda::run_bwd_sm90_logits_hdim<jax_flash::DType::DTYPE, HDIM>(  \
+      const jax_flash::BwdParams&, jax_flash::cuda::BwdLaunchFlags, cudaStream_t);
 
 #define JAX_FLASH_INSTANTIATE_BWD_SM90_MASKS(DTYPE, HDIM)                                        \
   template cudaError_t jax_flash::cuda::run_bwd_sm90_masks_hdim<jax_flash::DType::DTYPE, HDIM>(   \

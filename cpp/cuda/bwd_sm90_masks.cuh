@@ -96,15 +96,46 @@ __device__ __forceinline__ void narrow_query_tiles(const Variant& var, const Bwd
   }
 }
 
+// The masks-only variants' element masks on one keys x queries tile:
+// zero(r, c) for each element (row-col indices of the accumulator) that the
+// band / lengths (a tile-relative TileMask taking (query, key)) or, where
+// `seg`, the segment ids (the key row's id against the query column's, both
+// from shared memory) hide. tSc0_rc: thread 0's coordinates (compile-time
+// values); rb, cb: this thread's (key, query) offset from them, as a CuTe
+// layout is linear in (thread, value); so every test is an offset register
+// against an immediate (from this thread's coordinates, ptxas hoisted one
+// register per query column out of the loop and spilled them at d64).
+template <class TC0, class Zero>
+__device__ __forceinline__ void masks_t(TC0 const& tSc0_rc, int rb, int cb, const int* qseg, const int* kseg,
+                                        bool seg, Variant::TileMask tm, Zero&& zero) {
+  constexpr int kRows = decltype(size<0>(tSc0_rc))::value;
+  tm.hi -= rb - cb;
+  tm.lo -= rb - cb;
+  tm.rmax -= cb;
+  tm.cmax -= rb;
+#pragma unroll
+  for (int c = 0; c < size<1>(tSc0_rc); ++c) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+      if (!tm(get<1>(tSc0_rc(r, c)), get<0>(tSc0_rc(r, c)))) zero(r, c);
+  }
+  if (seg) {
+    int kid[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) kid[r] = kseg[rb + get<0>(tSc0_rc(r, 0))];
+#pragma unroll
+    for (int c = 0; c < size<1>(tSc0_rc); ++c) {
+      const int qid = qseg[cb + get<1>(tSc0_rc(0, c))];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+        if (kid[r] != qid) zero(r, c);
+    }
+  }
+}
+
 // P^T = exp2(S^T scale log2e - lse log2e) on one keys x queries tile, with
-// the masks-only variants' element masks where `mask` (band / lengths as a
-// tile-relative TileMask taking (query, key); segment ids where `seg`: the
-// key row's id against the query column's, both from shared memory).
-// tSc0_rc: thread 0's coordinates (compile-time values). This thread's are
-// those plus one (key, query) offset, as a CuTe layout is linear in
-// (thread, value); so every test is an offset register against an immediate
-// (from this thread's coordinates, ptxas hoisted one register per query
-// column out of the loop and spilled them at d64).
+// the masks-only variants' element masks (masks_t) where `mask` (`seg`: the
+// segment ids too).
 template <class TS, class TC, class TC0>
 __device__ __forceinline__ void masked_probs_t(TS& s, TC const& tSc_rc, TC0 const& tSc0_rc, const float* lse,
                                                const int* qseg, const int* kseg, float scale_log2, bool mask,
@@ -122,28 +153,7 @@ __device__ __forceinline__ void masked_probs_t(TS& s, TC const& tSc_rc, TC0 cons
   // their values are not live beside the exponentials' (interleaved, the
   // d128 kernel ran out of registers: ptxas C7519 at the dV wgmma).
   if (!mask) return;
-  tm.hi -= rb - cb;
-  tm.lo -= rb - cb;
-  tm.rmax -= cb;
-  tm.cmax -= rb;
-#pragma unroll
-  for (int c = 0; c < size<1>(s); ++c) {
-#pragma unroll
-    for (int r = 0; r < kRows; ++r)
-      if (!tm(get<1>(tSc0_rc(r, c)), get<0>(tSc0_rc(r, c)))) s(r, c) = 0.f;
-  }
-  if (seg) {
-    int kid[kRows];
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) kid[r] = kseg[rb + get<0>(tSc0_rc(r, 0))];
-#pragma unroll
-    for (int c = 0; c < size<1>(s); ++c) {
-      const int qid = qseg[cb + get<1>(tSc0_rc(0, c))];
-#pragma unroll
-      for (int r = 0; r < kRows; ++r)
-        if (kid[r] != qid) s(r, c) = 0.f;
-    }
-  }
+  masks_t(tSc0_rc, rb, cb, qseg, kseg, seg, tm, [&](int r, int c) { s(r, c) = 0.f; });
 }
 
 }  // namespace jax_flash::cuda::bwd90

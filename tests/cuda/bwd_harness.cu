@@ -26,6 +26,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "cuda/bwd_dispatch.h"  // run_bwd_var_hdim (bench: the SM80 generic kernel)
 #include "cuda/launch.h"
 #include "params.h"
 #include "variant_ref.h"
@@ -535,9 +536,26 @@ static void bench_variants() {
   const int32_t* d_prng = vd.put(vref::seg_ranges(pids, B, S));
   const char* names[] = {"plain causal", "variants kernel, no-op window", "window 4096", "softcap 30",
                          "alibi", "lengths (s-100)", "segments (one doc)", "query_offsets (0)", "dropout 0.1",
-                         "packed docs (7, 300-2500)"};
+                         "packed docs (7, 300-2500)", "softcap 30 + alibi", "softcap 30 + window 4096"};
   double base_ms[2] = {0, 0};
-  for (int vi = 0; vi < 10; ++vi)
+  auto time_ms = [&](auto&& fn) {
+    CK(fn());
+    CK(cudaDeviceSynchronize());
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    const int reps = 5;
+    CK(cudaEventRecord(e0));
+    for (int r = 0; r < reps; ++r) CK(fn());
+    CK(cudaEventRecord(e1));
+    CK(cudaEventSynchronize(e1));
+    float t;
+    CK(cudaEventElapsedTime(&t, e0, e1));
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    return t / reps;
+  };
+  for (int vi = 0; vi < 12; ++vi)
     for (int det = 0; det < 2; ++det) {
       BwdParams bp = make_params(p, det != 0);
       switch (vi) {
@@ -550,6 +568,8 @@ static void bench_variants() {
         case 7: bp.query_offsets = d_offs; break;
         case 8: bp.dropout_rate = 0.1f; bp.dropout_seed = d_seed; break;
         case 9: bp.q_segment_ids = bp.kv_segment_ids = d_pids; bp.q_segment_ranges = bp.kv_segment_ranges = d_prng; break;
+        case 10: bp.softcap = 30.f; bp.alibi_slopes = d_slopes; break;
+        case 11: bp.softcap = 30.f; bp.window_left = 4096; break;
         default: break;
       }
       CK(jax_flash::cuda::run_bwd(bp, 0));
@@ -568,6 +588,15 @@ static void bench_variants() {
       if (vi == 0) base_ms[det] = t;
       std::printf("VBENCH bwd d=%d s=%d h=%d causal %-6s %-30s %.3f ms  x%.3f vs plain\n", D, S, H,
                   det ? "det" : "atomic", names[vi], t, t / base_ms[det]);
+      if (!det && (vi == 3 || vi == 4 || vi == 10 || vi == 11)) {
+        // The SM80 generic variants kernel, which ran these before the Hopper
+        // logits kernels (run_bwd dispatches those on cc 9.0 in 90a builds).
+        const float t3 = time_ms([&] {
+          return jax_flash::cuda::run_bwd_var_hdim<DType::kBFloat16, 128>(bp, jax_flash::cuda::BwdLaunchFlags{true, true}, 0);
+        });
+        std::printf("VBENCH bwd d=%d s=%d h=%d causal %-6s %-30s %.3f ms  x%.3f vs plain (SM80 generic variants kernel)\n",
+                    D, S, H, "atomic", names[vi], t3, t3 / base_ms[det]);
+      }
       if (vi == 3 || vi == 4 || vi == 8) {
         // Same options on the alternative tile (harness-only kernel).
         CK(jf_bwd_var_general_d128_tile128(bp, 0));

@@ -299,6 +299,11 @@ inline std::vector<VarCase> cases(bool small) {
     VarCase m{"sanitize: segments+causal+lengths+offsets (masks only) GQA", 2, 200, 260, 4, 2, 128, B16};
     m.causal = true; m.segments = true; m.lengths = true; m.batch_offsets = true; m.query_offset = 30;
     add(m);
+    // Soft-cap + ALiBi at d128 over several tiles without dropout: the
+    // Hopper backward's logits kernel (with masks) on H100.
+    VarCase l{"sanitize: softcap+alibi+causal+window+lengths+segments (no dropout) GQA", 2, 200, 260, 4, 2, 128, B16};
+    l.causal = true; l.softcap = 20.f; l.alibi = 2; l.left = 90; l.lengths = true; l.segments = true;
+    add(l);
     return v;
   }
   for (int D : {64, 128}) {
@@ -319,6 +324,27 @@ inline std::vector<VarCase> cases(bool small) {
     { VarCase c{"per-batch query_offsets + causal", 3, 111, 260, 2, 1, D, dt}; c.batch_offsets = true; c.query_offset = 40; c.causal = true; add(c); }
     { VarCase c{"window + per-batch offsets + lengths", 3, 190, 230, 2, 2, D, dt}; c.batch_offsets = true; c.left = 33; c.right = 9; c.lengths = true; add(c); }
     { VarCase c{"everything", 3, 201, 199, 4, 2, D, dt}; c.causal = true; c.left = 70; c.segments = true; c.lengths = true; c.softcap = 15.f; c.alibi = 1; c.dropout = 0.15f; c.query_offset = 3; add(c); }
+  }
+  // Soft-cap / ALiBi without dropout at head dims 64 and 128 (the Hopper
+  // backward's logits kernels on H100; elsewhere the SM80 generic ones):
+  // every transform set, causal (one-sided tiles) and not (two-sided),
+  // windows, lengths, segments, offsets static / per batch / far, GQA / MQA,
+  // odd lengths, both dtypes.
+  for (int D : {64, 128}) {
+    for (DType dt : {B16, F16}) {
+      { VarCase c{"L softcap 30 + causal, GQA", 2, 300, 300, 4, 2, D, dt}; c.softcap = 30.f; c.causal = true; add(c); }
+      { VarCase c{"L alibi [Hq] + causal, Sq < Sk", 2, 129, 333, 4, 1, D, dt}; c.alibi = 1; c.causal = true; c.query_offset = 100; add(c); }
+      { VarCase c{"L softcap 20 + alibi [B,Hq] + causal", 2, 257, 257, 4, 4, D, dt}; c.softcap = 20.f; c.alibi = 2; c.causal = true; add(c); }
+    }
+    const DType dt = D == 64 ? B16 : F16;
+    { VarCase c{"L alibi not causal (two-sided tiles)", 2, 201, 257, 2, 2, D, dt}; c.alibi = 2; add(c); }
+    { VarCase c{"L softcap 5 + alibi, window (40, 17), not causal", 2, 190, 230, 4, 2, D, dt}; c.softcap = 5.f; c.alibi = 1; c.left = 40; c.right = 17; add(c); }
+    { VarCase c{"L softcap 10 + lengths + segments + causal", 3, 211, 199, 2, 1, D, dt}; c.softcap = 10.f; c.lengths = true; c.segments = true; c.causal = true; add(c); }
+    { VarCase c{"L alibi + per-batch offsets + causal + window 64", 3, 111, 260, 4, 2, D, dt}; c.alibi = 1; c.batch_offsets = true; c.query_offset = 40; c.causal = true; c.left = 64; add(c); }
+    { VarCase c{"L softcap 15 + alibi + far offset 3000, not causal", 1, 150, 170, 2, 1, D, dt}; c.softcap = 15.f; c.alibi = 1; c.query_offset = 3000; add(c); }
+    { VarCase c{"L softcap 30 + alibi + segments + lengths + offsets, MQA", 2, 500, 480, 4, 1, D, dt}; c.softcap = 30.f; c.alibi = 2; c.segments = true; c.lengths = true; c.batch_offsets = true; c.causal = true; add(c); }
+    { VarCase c{"L alibi, Sq 1", 2, 1, 300, 2, 1, D, dt}; c.alibi = 1; c.causal = true; c.query_offset = 299; add(c); }
+    { VarCase c{"L softcap 30, Sk 17", 2, 130, 17, 2, 2, D, dt}; c.softcap = 30.f; add(c); }
   }
   { VarCase c{"odd head dim 40, causal+window+softcap", 2, 97, 131, 2, 1, 40, B16}; c.causal = true; c.left = 20; c.softcap = 8.f; add(c); }
   { VarCase c{"odd head dim 33 (scalar path), dropout+lengths", 3, 77, 91, 2, 1, 33, F16}; c.dropout = 0.25f; c.lengths = true; add(c); }

@@ -1,0 +1,135 @@
+// Soft-cap and ALiBi (cuda::Variant::logit_log2) in the Hopper dK/dV
+// kernel: a masks traits (kMasks, so every masks-only variant combines) plus
+// kLogits (fwd::kLogitSoftcap / fwd::kLogitAlibi bits), as the forward's
+// Sm90LogitsTraits. The traits is a derived struct, so the plain and masks
+// kernels keep their template arguments, names and code.
+//
+// On one keys x queries tile (S^T: rows are keys, columns queries), with
+// l2 = lse log2(e) per query, x the raw score, t = tanh(x scale / cap):
+//   logit (log2 units) = cap log2(e) t + bias  (soft-cap; else x scale log2(e) + bias)
+//   bias               = -slope log2(e) |pos(query) - key|  (ALiBi; else 0)
+//   P^T  = exp2(logit - l2),  dS^T = P^T (dP^T - D) (1 - t^2)
+// The kernel applies the softmax scale to dK / dQ as in the plain kernel.
+// Without soft-cap everything up to P^T is done under the dP^T wgmma (pass
+// 1, ALiBi's bias folded into the exp2 argument) and dS^T is the plain one.
+// With soft-cap, pass 1 leaves t in the S^T registers (the tanh under the
+// wgmma) and pass 2, once dP^T is there, makes P^T and dS^T element by
+// element, so t needs no tile of its own (the d128 kernel has no 32
+// registers to spare for it). Masks as a separate pass after either, as in
+// masked_probs_t (interleaved, ptxas serialised the wgmmas: C7519).
+#pragma once
+
+#include <cstdint>
+
+#include <cute/tensor.hpp>
+
+#include "cuda/bwd_kernel.cuh"        // lse_to_log2, kLog2e
+#include "cuda/bwd_sm90_masks.cuh"    // masks_t
+#include "cuda/fwd_sm90_kernel.cuh"   // kLogitSoftcap, kLogitAlibi, LogitsOf
+#include "params.h"
+
+namespace jax_flash::cuda::bwd90 {
+
+using namespace cute;
+using fwd::kLogitAlibi;
+using fwd::kLogitSoftcap;
+
+// A masks traits plus kLogits; LogitSmem follows the MaskSmem in shared memory.
+template <class MasksTraits, int kLogits_>
+struct BwdSm90LogitsTraits : MasksTraits {
+  static_assert(MasksTraits::kMasks && kLogits_ > 0 && kLogits_ <= 3);
+  static_assert(!MasksTraits::kEarlyDv);  // P^T is made after dP^T with soft-cap
+  static constexpr int kLogits = kLogits_;
+  struct LogitSmem {
+    float qk_mul;    // soft-cap: scale / cap
+    float cap_log2;  // soft-cap: cap * log2(e)
+    float slope[MasksTraits::kStages];  // ALiBi: each stage's q head's slope (not yet * log2(e))
+  };
+  static constexpr int kSmemBytes = MasksTraits::kSmemBytes + int(sizeof(LogitSmem));
+};
+
+// The logit transform set of a launch (fwd::kLogit* bits; 0: none).
+__host__ __device__ inline int logits_kind(const FwdParams& p) {
+  return (p.softcap > 0.f ? kLogitSoftcap : 0) | (p.alibi_slopes != nullptr ? kLogitAlibi : 0);
+}
+
+// ALiBi on one tile: bias(r, c) = -slope |base + rc|, rc = (query - key) of
+// thread 0's coordinates (compile-time), base this thread's offset plus the
+// tile's. Tiles with every query at or past every key (all off-diagonal
+// causal tiles), or before every key, take it as k (base + rc): one FFMA of
+// an immediate.
+struct AlibiTile {
+  float slope, base, k;
+  bool one_sided;
+  __device__ __forceinline__ AlibiTile(float slope_log2, int64_t pos0, int n0, int M, int N, int rb, int cb)
+      : slope(slope_log2), base(float(pos0 - n0 + (cb - rb))) {
+    const bool below = pos0 - (n0 + N - 1) >= 0;  // dist >= 0 everywhere
+    const bool above = pos0 + (M - 1) - n0 <= 0;  // dist <= 0 everywhere
+    one_sided = below || above;
+    k = below ? -slope : slope;
+  }
+};
+
+// The exp2 argument's part other than the score's, at (r, c) given the
+// column's l2: -l2 plus the ALiBi bias (kAlibi), on one loop of the tile per
+// case (one-sided or not: uniform over the tile, so no branch per element).
+// `loop` is called with a functor (r, c, l2) -> argument.
+template <bool kAlibi, class TC0, class Loop>
+__device__ __forceinline__ void with_bias(TC0 const& tSc0_rc, const AlibiTile& al, Loop&& loop) {
+  auto rc = [&](int r, int c) { return float(get<1>(tSc0_rc(r, c)) - get<0>(tSc0_rc(r, c))); };
+  if constexpr (!kAlibi) {
+    loop([&](int, int, float l2) { return -l2; });
+  } else if (al.one_sided) {
+    loop([&](int r, int c, float l2) { return fmaf(al.k, rc(r, c), fmaf(al.k, al.base, -l2)); });
+  } else {
+    loop([&](int r, int c, float l2) { return fmaf(-al.slope, fabsf(al.base + rc(r, c)), -l2); });
+  }
+}
+
+// Pass 1, under the dP^T wgmma. Soft-cap: s <- t. ALiBi alone: s <- P^T.
+template <int kLogits, class TS, class TC0>
+__device__ __forceinline__ void logits_pass1(TS& s, TC0 const& tSc0_rc, int cb, const float* lse, float scale_log2,
+                                             float qk_mul, const AlibiTile& al) {
+  constexpr int kRows = decltype(size<0>(s))::value;
+  if constexpr ((kLogits & kLogitSoftcap) != 0) {
+#pragma unroll
+    for (int c = 0; c < size<1>(s); ++c) {
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) s(r, c) = tanhf(s(r, c) * qk_mul);  // tanh.approx (fast math)
+    }
+  } else {
+    with_bias<true>(tSc0_rc, al, [&](auto&& arg) {
+#pragma unroll
+      for (int c = 0; c < size<1>(s); ++c) {
+        const float l2 = bwd::lse_to_log2(lse[cb + get<1>(tSc0_rc(0, c))]);
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) s(r, c) = exp2f(fmaf(s(r, c), scale_log2, arg(r, c, l2)));
+      }
+    });
+  }
+}
+
+// Pass 2 with soft-cap, once dP^T is there: s holds t, ds dP^T; s <- P^T,
+// ds <- dS^T.
+template <int kLogits, class TS, class TD, class TC0>
+__device__ __forceinline__ void softcap_pass2(TS& s, TD& ds, TC0 const& tSc0_rc, int cb, const float* lse,
+                                              const float* dsum, float cap_log2, const AlibiTile& al) {
+  static_assert((kLogits & kLogitSoftcap) != 0);
+  constexpr int kRows = decltype(size<0>(s))::value;
+  with_bias<(kLogits & kLogitAlibi) != 0>(tSc0_rc, al, [&](auto&& arg) {
+#pragma unroll
+    for (int c = 0; c < size<1>(s); ++c) {
+      const int qc = cb + get<1>(tSc0_rc(0, c));
+      const float l2 = bwd::lse_to_log2(lse[qc]), dd = dsum[qc];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const float t = s(r, c);
+        const float pv = exp2f(fmaf(t, cap_log2, arg(r, c, l2)));
+        s(r, c) = pv;
+        ds(r, c) = pv * fmaf(-t, t, 1.f) * (ds(r, c) - dd);
+      }
+    }
+  });
+}
+
+}  // namespace jax_flash::cuda::bwd90
