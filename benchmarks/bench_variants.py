@@ -13,7 +13,8 @@ its plain causal kernel, forward and forward+backward, in one run.
     same total length (target: within 15%).
 (c) each option alone vs plain causal at seqlen 8k, head_dim 128, bf16:
     window (covering everything: pure overhead), soft-cap, ALiBi, lengths
-    (full), segments (one document), dropout 0.1, per-batch query offsets (0).
+    (full), segments (one document), dropout 0.1, per-batch query offsets (0),
+    soft-cap + ALiBi. --options picks some by name prefix.
     Target: <= 10% overhead.
 
 Records (JSON) use bench_attention.py's keys: impl, device, dtype, batch,
@@ -73,6 +74,7 @@ def main(argv=None):
     ap.add_argument("--benches", nargs="+", default=["window", "packed", "option"],
                     choices=["window", "packed", "option"])
     ap.add_argument("--modes", nargs="+", default=["fwd", "fwd_bwd"], choices=["fwd", "fwd_bwd"])
+    ap.add_argument("--options", nargs="+", help="(c): only the options whose names start with one of these")
     ap.add_argument("--out", help="write JSON records here")
     args = ap.parse_args(argv)
 
@@ -165,12 +167,15 @@ def main(argv=None):
                 "window (s, 0): no tile skipped": dict(local_window_size=(s, 0)),
                 "softcap 30": dict(logits_soft_cap=30.0),
                 "alibi": dict(alibi_slopes=alibi_slopes(h)),
+                "softcap 30 + alibi": dict(logits_soft_cap=30.0, alibi_slopes=alibi_slopes(h)),
                 "lengths (full)": dict(query_seq_lengths=full_len, key_value_seq_lengths=full_len),
                 "segments (one document)": dict(q_segment_ids=one_doc, kv_segment_ids=one_doc),
                 "dropout 0.1": dict(dropout_rate=0.1, dropout_rng=jax.random.key(0)),
                 "query_offset [b] (zeros)": dict(query_offset=zeros),
             }
             for name, opts in options.items():
+                if args.options and not any(name.startswith(o) for o in args.options):
+                    continue
                 timed("option", name, dict(causal=True, **opts), q, mode, flops, base_ms=base.get("ms"))
             del q
     return records

@@ -444,9 +444,22 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
     if constexpr (kLogits != 0) {
       logits_pass1<kLogits>(s, tSc0_rc, cb, lse_st, scale_log2, kCap ? lsmem().qk_mul : 0.f, alibi());
       if constexpr (!kCap) logit_masks([&](int r, int c) { s(r, c) = 0.f; });
-      // The tanh before the dP^T wait: without this (register-only math)
-      // it was scheduled after it, not under the wgmma.
-      if constexpr (kCap) warpgroup_fence_operand(acc_s);
+      // The tanh pass before the dP^T wait, under the wgmma: ptxas moves
+      // register-only math freely across wgmma.wait_group, and scheduled it
+      // after the wait (beside the exponentials). A branch that stores the
+      // sum of every t to shared memory, never taken (cap_log2 > 0), holds
+      // the pass before it (ptxas: 12 B more spill at d128, loop-invariant
+      // reloads only).
+      if constexpr (kCap) {
+        if constexpr (Traits::kTanhFirst) {
+          if (lsmem().cap_log2 == 0.f) {
+            float sum = 0.f;
+#pragma unroll
+            for (int i = 0; i < size(acc_s); ++i) sum += acc_s(i);
+            lsmem().qk_mul = sum;
+          }
+        }
+      }
     } else if constexpr (kMasks) {
       const int flags = msmem.ring[step & 3][1];
       const bool mask = flags & kTileMask;

@@ -112,20 +112,32 @@ cudaError_t run_bwd_sm90_masks_hdim(const BwdParams& params, BwdLaunchFlags flag
 
 // Soft-cap and / or ALiBi, with or without the masks-only variants, atomic
 // mode, vector-aligned inputs, no dropout (else NotSupported): the masks
-// kernel's tiles, one kernel per transform set.
+// kernel's tiles, one kernel per transform set, except that soft-cap at d64
+// takes 64 query rows a step (at 128 its second pass spilled ~60 B inside
+// the loop; at 64 none: 236 registers).
+template <int kHeadDim, int kLogits>
+inline constexpr int kBwdSm90LogitsBlockM =
+    kHeadDim <= 64 && (kLogits & fwd::kLogitSoftcap) != 0 ? 64 : kBwdSm90BlockM<kHeadDim>;
+
+namespace bwd90 {
+template <DType kDType, int kHeadDim, int kLogits, int kBlockM = kBwdSm90LogitsBlockM<kHeadDim, kLogits>,
+          bool kTanhFirst = true>
+using LogitsTraitsFor =
+    BwdSm90LogitsTraits<BwdSm90Traits<kHeadDim, bwd::ElementOf<kDType>, true, false, false, kBlockM, true>, kLogits,
+                        kTanhFirst>;
+}  // namespace bwd90
+
 template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_sm90_logits_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream) {
-  using Masks = bwd90::BwdSm90Traits<kHeadDim, bwd::ElementOf<kDType>, true, false, false,
-                                     kBwdSm90BlockM<kHeadDim>, true>;
-  using bwd90::BwdSm90LogitsTraits;
+  using bwd90::LogitsTraitsFor;
+  constexpr int kCap = fwd::kLogitSoftcap, kAlibi = fwd::kLogitAlibi;
   switch (bwd90::logits_kind(params)) {
-    case fwd::kLogitSoftcap:
-      return bwd90::launch_bwd_sm90<BwdSm90LogitsTraits<Masks, fwd::kLogitSoftcap>>(params, flags, stream);
-    case fwd::kLogitAlibi:
-      return bwd90::launch_bwd_sm90<BwdSm90LogitsTraits<Masks, fwd::kLogitAlibi>>(params, flags, stream);
-    case fwd::kLogitSoftcap | fwd::kLogitAlibi:
-      return bwd90::launch_bwd_sm90<BwdSm90LogitsTraits<Masks, fwd::kLogitSoftcap | fwd::kLogitAlibi>>(
-          params, flags, stream);
+    case kCap:
+      return bwd90::launch_bwd_sm90<LogitsTraitsFor<kDType, kHeadDim, kCap>>(params, flags, stream);
+    case kAlibi:
+      return bwd90::launch_bwd_sm90<LogitsTraitsFor<kDType, kHeadDim, kAlibi>>(params, flags, stream);
+    case kCap | kAlibi:
+      return bwd90::launch_bwd_sm90<LogitsTraitsFor<kDType, kHeadDim, kCap | kAlibi>>(params, flags, stream);
     default:
       return cudaErrorNotSupported;
   }

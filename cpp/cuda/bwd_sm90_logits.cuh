@@ -35,11 +35,14 @@ using fwd::kLogitAlibi;
 using fwd::kLogitSoftcap;
 
 // A masks traits plus kLogits; LogitSmem follows the MaskSmem in shared memory.
-template <class MasksTraits, int kLogits_>
+// kTanhFirst: keep the soft-cap tanh pass before the dP^T wait (see the
+// kernel; off, ptxas scheduled it after, beside the exponentials).
+template <class MasksTraits, int kLogits_, bool kTanhFirst_ = true>
 struct BwdSm90LogitsTraits : MasksTraits {
   static_assert(MasksTraits::kMasks && kLogits_ > 0 && kLogits_ <= 3);
   static_assert(!MasksTraits::kEarlyDv);  // P^T is made after dP^T with soft-cap
   static constexpr int kLogits = kLogits_;
+  static constexpr bool kTanhFirst = kTanhFirst_;
   struct LogitSmem {
     float qk_mul;    // soft-cap: scale / cap
     float cap_log2;  // soft-cap: cap * log2(e)

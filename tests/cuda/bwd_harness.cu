@@ -500,18 +500,49 @@ static int check_variant(const vref::VarCase& c, uint64_t seed) {
 // bwd_alt.cu: the generic variants kernels on the plain dK/dV tile (d128 bf16).
 cudaError_t jf_bwd_var_general_d128_tile128(const jax_flash::BwdParams& p, cudaStream_t s);
 
+// Mean ms of 5 calls of fn (returning cudaError_t) after one warm-up.
+template <class Fn>
+static float time_ms(Fn&& fn) {
+  CK(fn());
+  CK(cudaDeviceSynchronize());
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  const int reps = 5;
+  CK(cudaEventRecord(e0));
+  for (int r = 0; r < reps; ++r) CK(fn());
+  CK(cudaEventRecord(e1));
+  CK(cudaEventSynchronize(e1));
+  float t;
+  CK(cudaEventElapsedTime(&t, e0, e1));
+  CK(cudaEventDestroy(e0));
+  CK(cudaEventDestroy(e1));
+  return t / reps;
+}
+
+// A causal self-attention timing problem (Sq == Sk, Hq == Hkv): q, k, v, o,
+// dout one random tensor, LSE a constant.
+static DevProblem bench_problem(const Shape& s, unsigned seed) {
+  DevProblem p = alloc_problem(s);
+  std::vector<uint16_t> hb(p.nq);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (auto& x : hb) x = f2h(nd(rng), s.dt);
+  for (auto* ptr : {p.q, p.k, p.v, p.o, p.dout}) CK(cudaMemcpy(ptr, hb.data(), p.nq * 2, cudaMemcpyHostToDevice));
+  std::vector<float> lse(size_t(s.B) * s.Hq * s.Sq, std::log(float(s.Sq)) + 3.f);
+  CK(cudaMemcpy(p.lse, lse.data(), lse.size() * 4, cudaMemcpyHostToDevice));
+  return p;
+}
+
+#if defined(JAX_FLASH_BWD_SM90)
+cudaError_t jf_bwd_sm90_logits_alt(const jax_flash::BwdParams& p, int which, cudaStream_t s);
+#endif
+
 // Backward (atomic and deterministic) of the variants kernels vs plain causal.
 static void bench_variants() {
   const int S = 8192, D = 128, H = 16, B = 1;
   Shape s{B, S, S, H, H, D, true, DType::kBFloat16, 0};
-  DevProblem p = alloc_problem(s);
-  std::vector<uint16_t> hb(p.nq);
-  std::mt19937 rng(1);
-  std::normal_distribution<float> nd(0.f, 1.f);
-  for (auto& x : hb) x = f2h(nd(rng), s.dt);
-  for (auto* ptr : {p.q, p.k, p.v, p.o, p.dout}) CK(cudaMemcpy(ptr, hb.data(), p.nq * 2, cudaMemcpyHostToDevice));
-  std::vector<float> lse(size_t(B) * H * S, std::log(float(S)) + 3.f);
-  CK(cudaMemcpy(p.lse, lse.data(), lse.size() * 4, cudaMemcpyHostToDevice));
+  DevProblem p = bench_problem(s, 1);
   vref::VarDev vd;
   std::vector<int32_t> lens(B, S - 100), ids(size_t(B) * S, 1), offs(B, 0);
   const int32_t* d_lens = vd.put(lens);
@@ -538,23 +569,6 @@ static void bench_variants() {
                          "alibi", "lengths (s-100)", "segments (one doc)", "query_offsets (0)", "dropout 0.1",
                          "packed docs (7, 300-2500)", "softcap 30 + alibi", "softcap 30 + window 4096"};
   double base_ms[2] = {0, 0};
-  auto time_ms = [&](auto&& fn) {
-    CK(fn());
-    CK(cudaDeviceSynchronize());
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    const int reps = 5;
-    CK(cudaEventRecord(e0));
-    for (int r = 0; r < reps; ++r) CK(fn());
-    CK(cudaEventRecord(e1));
-    CK(cudaEventSynchronize(e1));
-    float t;
-    CK(cudaEventElapsedTime(&t, e0, e1));
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
-    return t / reps;
-  };
   for (int vi = 0; vi < 12; ++vi)
     for (int det = 0; det < 2; ++det) {
       BwdParams bp = make_params(p, det != 0);
@@ -572,19 +586,7 @@ static void bench_variants() {
         case 11: bp.softcap = 30.f; bp.window_left = 4096; break;
         default: break;
       }
-      CK(jax_flash::cuda::run_bwd(bp, 0));
-      CK(cudaDeviceSynchronize());
-      cudaEvent_t e0, e1;
-      CK(cudaEventCreate(&e0));
-      CK(cudaEventCreate(&e1));
-      const int reps = 5;
-      CK(cudaEventRecord(e0));
-      for (int r = 0; r < reps; ++r) CK(jax_flash::cuda::run_bwd(bp, 0));
-      CK(cudaEventRecord(e1));
-      CK(cudaEventSynchronize(e1));
-      float t;
-      CK(cudaEventElapsedTime(&t, e0, e1));
-      t /= reps;
+      const float t = time_ms([&] { return jax_flash::cuda::run_bwd(bp, 0); });
       if (vi == 0) base_ms[det] = t;
       std::printf("VBENCH bwd d=%d s=%d h=%d causal %-6s %-30s %.3f ms  x%.3f vs plain\n", D, S, H,
                   det ? "det" : "atomic", names[vi], t, t / base_ms[det]);
@@ -599,23 +601,59 @@ static void bench_variants() {
       }
       if (vi == 3 || vi == 4 || vi == 8) {
         // Same options on the alternative tile (harness-only kernel).
-        CK(jf_bwd_var_general_d128_tile128(bp, 0));
-        CK(cudaDeviceSynchronize());
-        CK(cudaEventRecord(e0));
-        for (int r = 0; r < reps; ++r) CK(jf_bwd_var_general_d128_tile128(bp, 0));
-        CK(cudaEventRecord(e1));
-        CK(cudaEventSynchronize(e1));
-        float t2;
-        CK(cudaEventElapsedTime(&t2, e0, e1));
-        t2 /= reps;
+        const float t2 = time_ms([&] { return jf_bwd_var_general_d128_tile128(bp, 0); });
         std::printf("VBENCH bwd d=%d s=%d h=%d causal %-6s %-30s %.3f ms  x%.3f vs plain (alt: general kernel, 64x128 dK/dV tile)\n",
                     D, S, H, det ? "det" : "atomic", names[vi], t2, t2 / base_ms[det]);
       }
+#if defined(JAX_FLASH_BWD_SM90)
+      if (!det && (vi == 3 || vi == 10)) {
+        const float ta = time_ms([&] { return jf_bwd_sm90_logits_alt(bp, 1, 0); });
+        std::printf("VBENCH bwd d=%d s=%d h=%d causal %-6s %-30s %.3f ms  x%.3f vs plain (alt: Hopper, tanh pass not held before the dP wait)\n",
+                    D, S, H, "atomic", names[vi], ta, ta / base_ms[det]);
+      }
+#endif
       if (vi == 9)
         std::printf("VBENCH bwd packed docs %s: real-work rate = %.3f of plain causal\n",
                     det ? "det" : "atomic", (pairs / t) / (0.5 * double(S) * S / base_ms[det]));
       std::fflush(stdout);
     }
+  vd.free_all();
+  free_problem(p);
+}
+
+// Soft-cap / ALiBi backward at head dim 64 (8k, 16 heads, causal, bf16,
+// atomic) vs plain causal, with the Hopper alternative tile.
+static void bench_logits_d64() {
+  const int S = 8192, D = 64, H = 16, B = 1;
+  Shape s{B, S, S, H, H, D, true, DType::kBFloat16, 0};
+  DevProblem p = bench_problem(s, 2);
+  vref::VarDev vd;
+  const float* d_slopes = vd.put(std::vector<float>(H, 0.01f));
+  const char* names[] = {"plain causal", "softcap 30", "alibi", "softcap 30 + alibi"};
+  float base = 0.f;
+  for (int vi = 0; vi < 4; ++vi) {
+    BwdParams bp = make_params(p, false);
+    if (vi == 1 || vi == 3) bp.softcap = 30.f;
+    if (vi >= 2) bp.alibi_slopes = d_slopes;
+    const float t = time_ms([&] { return jax_flash::cuda::run_bwd(bp, 0); });
+    if (vi == 0) base = t;
+    std::printf("VBENCH bwd d=%d s=%d h=%d causal atomic %-30s %.3f ms  x%.3f vs plain\n", D, S, H, names[vi], t, t / base);
+    if (vi > 0) {
+      const float t3 = time_ms([&] {
+        return jax_flash::cuda::run_bwd_var_hdim<DType::kBFloat16, 64>(bp, jax_flash::cuda::BwdLaunchFlags{true, true}, 0);
+      });
+      std::printf("VBENCH bwd d=%d s=%d h=%d causal atomic %-30s %.3f ms  x%.3f vs plain (SM80 generic variants kernel)\n",
+                  D, S, H, names[vi], t3, t3 / base);
+    }
+#if defined(JAX_FLASH_BWD_SM90)
+    if (vi == 1 || vi == 3) {
+      const float ta = time_ms([&] { return jf_bwd_sm90_logits_alt(bp, 0, 0); });
+      std::printf("VBENCH bwd d=%d s=%d h=%d causal atomic %-30s %.3f ms  x%.3f vs plain (alt: Hopper, 128 query rows a step)\n",
+                  D, S, H, names[vi], ta, ta / base);
+    }
+#endif
+    std::fflush(stdout);
+  }
   vd.free_all();
   free_problem(p);
 }
@@ -626,7 +664,10 @@ static int run_variants(bool small) {
   const auto vc = vref::cases(small);
   for (const auto& c : vc) fails += check_variant(c, seed++);
   std::printf("%zu variant cases, %d failures\n", vc.size(), fails);
-  if (!small) bench_variants();
+  if (!small) {
+    bench_variants();
+    bench_logits_d64();
+  }
   return fails == 0 ? 0 : 1;
 }
 
