@@ -20,7 +20,7 @@ DEADLINE=${DEADLINE:-570}
 left() { echo $(( DEADLINE - ($(date +%s) - t0) )); }
 log() { echo "[$(( $(date +%s) - t0 )) s] $*" | tee -a "$OUT/summary.txt"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader >>"$OUT/summary.txt" 2>&1
-git log --oneline -1 >>"$OUT/summary.txt"
+git log --oneline -1 >>"$OUT/summary.txt" 2>&1
 
 # Harness (sm_90a, d64 + d128 units), built and run in the background.
 (
