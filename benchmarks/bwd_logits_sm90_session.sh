@@ -9,7 +9,7 @@
 # GPU variants and backward tests. Logs under $OUT.
 #   bash benchmarks/bwd_logits_sm90_session.sh
 # Env: DEADLINE (seconds for the whole script, default 570), TESTS (default
-# tests/test_cuda_variants.py tests/test_cuda_backward.py). Needs the
+# tests/test_cuda_variants.py tests/test_cuda_backward.py), SANITIZE. Needs the
 # nvidia-cutlass wheel on PYTHONPATH.
 set -uo pipefail
 OUT=${OUT:-/tmp/jf_out}
@@ -36,6 +36,15 @@ git log --oneline -1 >>"$OUT/summary.txt" 2>&1
   done
   OMP_NUM_THREADS=8 timeout 330 ./build/bwd90/bwd_harness variants >>"$OUT/harness.log" 2>&1
   echo "harness rc=$?" >>"$OUT/harness.log"
+  # SANITIZE=1: memcheck and racecheck on the small variant cases (one of
+  # them soft-cap + ALiBi on the Hopper kernel), reusing this build.
+  if [ -n "${SANITIZE:-}" ]; then
+    for tool in memcheck racecheck; do
+      timeout 120 compute-sanitizer --tool $tool --error-exitcode 99 ./build/bwd90/bwd_harness variants small \
+        >"$OUT/sanitize_variants_$tool.log" 2>&1
+      echo "sanitize $tool rc=$? $(grep -h 'ERROR SUMMARY\|RACECHECK SUMMARY' "$OUT/sanitize_variants_$tool.log" | tr '\n' ' ')" >>"$OUT/harness.log"
+    done
+  fi
 ) &
 hpid=$!
 
@@ -50,7 +59,7 @@ tail -30 /tmp/build.log >"$OUT/build_tail.log"
 
 # Timings only once the harness is done with the GPU.
 wait $hpid
-log "harness: $(grep -E 'variant cases|harness rc|harness build' "$OUT/harness.log" | tr '\n' ' ')"
+log "harness: $(grep -E 'variant cases|harness rc|harness build|sanitize' "$OUT/harness.log" | tr '\n' ' ')"
 grep -c "^FAIL" "$OUT/harness.log" | sed 's/^/harness FAIL lines: /' | tee -a "$OUT/summary.txt"
 grep -E "^VBENCH" "$OUT/harness.log" | grep -E "plain causal|softcap|alibi" | tee -a "$OUT/summary.txt"
 

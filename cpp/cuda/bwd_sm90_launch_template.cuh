@@ -112,19 +112,21 @@ cudaError_t run_bwd_sm90_masks_hdim(const BwdParams& params, BwdLaunchFlags flag
 
 // Soft-cap and / or ALiBi, with or without the masks-only variants, atomic
 // mode, vector-aligned inputs, no dropout (else NotSupported): the masks
-// kernel's tiles, one kernel per transform set, except that soft-cap at d64
-// takes 64 query rows a step (at 128 its second pass spilled ~60 B inside
-// the loop; at 64 none: 236 registers).
-template <int kHeadDim, int kLogits>
-inline constexpr int kBwdSm90LogitsBlockM =
-    kHeadDim <= 64 && (kLogits & fwd::kLogitSoftcap) != 0 ? 64 : kBwdSm90BlockM<kHeadDim>;
+// kernel's tiles, one kernel per transform set. The soft-cap tanh pass is
+// held before the dP^T wait (kTanhFirst) only with ALiBi too: alone, ptxas's
+// own schedule measured faster (H100, 8k causal: d128 1.06x vs 1.09x plain,
+// d64 1.09x at 128 query rows), with ALiBi slower (1.16x vs 1.15x at d128).
+// d64 at 64 query rows (spill-free) measured 1.48x: the step overhead is
+// dearer than the 60 B spill at 128 rows.
+template <int kLogits>
+inline constexpr bool kBwdSm90TanhFirst = kLogits == (fwd::kLogitSoftcap | fwd::kLogitAlibi);
 
 namespace bwd90 {
-template <DType kDType, int kHeadDim, int kLogits, int kBlockM = kBwdSm90LogitsBlockM<kHeadDim, kLogits>,
-          bool kTanhFirst = true>
+template <DType kDType, int kHeadDim, int kLogits, bool kTanhFirst = kBwdSm90TanhFirst<kLogits>>
 using LogitsTraitsFor =
-    BwdSm90LogitsTraits<BwdSm90Traits<kHeadDim, bwd::ElementOf<kDType>, true, false, false, kBlockM, true>, kLogits,
-                        kTanhFirst>;
+    BwdSm90LogitsTraits<BwdSm90Traits<kHeadDim, bwd::ElementOf<kDType>, true, false, false,
+                                      kBwdSm90BlockM<kHeadDim>, true>,
+                        kLogits, kTanhFirst>;
 }  // namespace bwd90
 
 template <DType kDType, int kHeadDim>

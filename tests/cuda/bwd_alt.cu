@@ -15,13 +15,13 @@ cudaError_t jf_bwd_var_general_d128_tile128(const jax_flash::BwdParams& p, cudaS
 }
 
 #if defined(JAX_FLASH_BWD_SM90)
-// The Hopper soft-cap backward's alternatives (bf16, soft-cap with or
-// without ALiBi as the params say): which 0: d64 at 128 query rows a step
-// (production: 64); which 1: d128 with the tanh pass left to ptxas's
-// schedule (production: held before the dP^T wait, kTanhFirst).
+// The Hopper soft-cap backward's alternative (bf16, head dim 64 or 128,
+// soft-cap with or without ALiBi as the params say): the production kernel
+// with the other tanh schedule (kBwdSm90TanhFirst flipped: held before the
+// dP^T wait <-> left to ptxas).
 #include "cuda/bwd_sm90_launch_template.cuh"
 
-cudaError_t jf_bwd_sm90_logits_alt(const jax_flash::BwdParams& p, int which, cudaStream_t s) {
+cudaError_t jf_bwd_sm90_logits_alt(const jax_flash::BwdParams& p, cudaStream_t s) {
   using namespace jax_flash;
   using namespace jax_flash::cuda;
   BwdLaunchFlags f;
@@ -29,12 +29,13 @@ cudaError_t jf_bwd_sm90_logits_alt(const jax_flash::BwdParams& p, int which, cud
   f.pair_ok = true;
   constexpr int kCap = fwd::kLogitSoftcap, kBoth = fwd::kLogitSoftcap | fwd::kLogitAlibi;
   constexpr DType B16 = DType::kBFloat16;
+  constexpr bool kCapHeld = kBwdSm90TanhFirst<kCap>, kBothHeld = kBwdSm90TanhFirst<kBoth>;
   const bool both = p.alibi_slopes != nullptr;
   if (p.softcap <= 0.f) return cudaErrorNotSupported;
-  if (which == 0)
-    return both ? bwd90::launch_bwd_sm90<bwd90::LogitsTraitsFor<B16, 64, kBoth, 128>>(p, f, s)
-                : bwd90::launch_bwd_sm90<bwd90::LogitsTraitsFor<B16, 64, kCap, 128>>(p, f, s);
-  return both ? bwd90::launch_bwd_sm90<bwd90::LogitsTraitsFor<B16, 128, kBoth, 64, false>>(p, f, s)
-              : bwd90::launch_bwd_sm90<bwd90::LogitsTraitsFor<B16, 128, kCap, 64, false>>(p, f, s);
+  if (p.head_dim == 64)
+    return both ? bwd90::launch_bwd_sm90<bwd90::LogitsTraitsFor<B16, 64, kBoth, !kBothHeld>>(p, f, s)
+                : bwd90::launch_bwd_sm90<bwd90::LogitsTraitsFor<B16, 64, kCap, !kCapHeld>>(p, f, s);
+  return both ? bwd90::launch_bwd_sm90<bwd90::LogitsTraitsFor<B16, 128, kBoth, !kBothHeld>>(p, f, s)
+              : bwd90::launch_bwd_sm90<bwd90::LogitsTraitsFor<B16, 128, kCap, !kCapHeld>>(p, f, s);
 }
 #endif

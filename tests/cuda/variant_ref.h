@@ -304,6 +304,11 @@ inline std::vector<VarCase> cases(bool small) {
     VarCase l{"sanitize: softcap+alibi+causal+window+lengths+segments (no dropout) GQA", 2, 200, 260, 4, 2, 128, B16};
     l.causal = true; l.softcap = 20.f; l.alibi = 2; l.left = 90; l.lengths = true; l.segments = true;
     add(l);
+    // Soft-cap alone at d64 (its own kernel: ptxas's tanh schedule, 128
+    // query rows a step).
+    VarCase k{"sanitize: softcap+causal (no dropout) d64", 1, 300, 300, 2, 1, 64, F16};
+    k.causal = true; k.softcap = 10.f;
+    add(k);
     return v;
   }
   for (int D : {64, 128}) {
