@@ -1,9 +1,12 @@
 // The dropout keep mask, one definition for every target: Philox4x32-10
-// (Salmon et al., SC'11) keyed by the two seed words, counter
-// (col / 4, row, head, batch). Element (b, h, i, j) is kept when word j % 4
-// of philox(key, {j / 4, i, h, b}) >= dropout_threshold(rate). Host and device
-// compile the same code, so CPU and CUDA drop the same elements;
-// jax_flash.dropout_mask mirrors it in jnp.
+// (Salmon et al., SC'11) keyed by the two seed words. One call yields 8
+// 16-bit draws: element (b, h, i, j) takes the (i / 8) % 2 half (0: low) of
+// word j % 4 of philox(key, {j / 4, dropout_row_pair(i), h, b}), so rows i
+// and i + 8 of every 16-row block share a call, as they share the registers
+// of one MMA accumulator thread; it is kept when that draw >=
+// dropout_threshold(rate) (a keep probability of 1 - threshold / 65536, the
+// rate rounded to 1/65536). Host and device compile the same code, so CPU and
+// CUDA drop the same elements; jax_flash.dropout_mask mirrors it in jnp.
 #pragma once
 
 #include <cstdint>
@@ -48,20 +51,37 @@ JAX_FLASH_HD Philox4 philox4x32_10(Philox4 c, uint32_t k0, uint32_t k1) {
   return c;
 }
 
-// Words below the threshold are dropped: P(keep) = 1 - threshold / 2^32.
+// Draws below the threshold are dropped: P(keep) = 1 - threshold / 65536
+// (65536: every element dropped).
 JAX_FLASH_HD uint32_t dropout_threshold(float rate) {
-  const double t = double(rate) * 4294967296.0;
-  return t >= 4294967295.0 ? 0xFFFFFFFFu : uint32_t(t);
+  const double t = double(rate) * 65536.0 + 0.5;
+  return t >= 65536.0 ? 65536u : uint32_t(t);
 }
 
-// The four random words of columns [4 * (col / 4), 4 * (col / 4) + 4).
+// The counter's row word: rows i and i + 8 of a 16-row block map to one.
+JAX_FLASH_HD uint32_t dropout_row_pair(int row) {
+  return (uint32_t(row) >> 4 << 3) | (uint32_t(row) & 7u);
+}
+
+// The four words of keys [4 * (col / 4), 4 * (col / 4) + 4) for rows
+// {row, row ^ 8} (row's half: (row >> 3) & 1).
 JAX_FLASH_HD Philox4 dropout_words(const uint32_t seed[2], int batch, int head, int row, int col) {
-  return philox4x32_10(Philox4{uint32_t(col) >> 2, uint32_t(row), uint32_t(head), uint32_t(batch)},
+  return philox4x32_10(Philox4{uint32_t(col) >> 2, dropout_row_pair(row), uint32_t(head), uint32_t(batch)},
                        seed[0], seed[1]);
 }
 
 JAX_FLASH_HD uint32_t philox_word(const Philox4& w, int i) {
   return i == 0 ? w.x : i == 1 ? w.y : i == 2 ? w.z : w.w;
+}
+
+// Row `row`'s 16-bit draw in word w.
+JAX_FLASH_HD uint32_t dropout_draw(uint32_t w, int row) {
+  return (row & 8) ? w >> 16 : w & 0xFFFFu;
+}
+
+// One element's keep bit (reference code; the kernels share calls).
+JAX_FLASH_HD bool dropout_keep(const uint32_t seed[2], int batch, int head, int row, int col, uint32_t threshold) {
+  return dropout_draw(philox_word(dropout_words(seed, batch, head, row, col), col & 3), row) >= threshold;
 }
 
 }  // namespace jax_flash

@@ -1,8 +1,10 @@
 """The dropout keep mask of the kernels, in jnp (any backend, no x64 needed).
 
 Mirrors cpp/dropout.h exactly: Philox4x32-10 (Salmon et al., SC'11) keyed by
-two uint32 seed words, counter (col // 4, row, head, batch); element
-(b, h, i, j) is kept when word j % 4 of philox(key, ctr) >= threshold(rate).
+two uint32 seed words, counter (j // 4, row_pair(i), head, batch) with
+row_pair(i) = (i // 16) * 8 + i % 8; element (b, h, i, j) is kept when the
+(i // 8) % 2 half (0: low 16 bits) of word j % 4 >= threshold(rate), a keep
+probability of 1 - threshold / 65536.
 """
 
 from __future__ import annotations
@@ -48,9 +50,9 @@ def philox4x32_10(ctr, key):
 
 
 def dropout_threshold(rate: float) -> int:
-    """Words below the threshold are dropped (dropout.h's dropout_threshold)."""
-    t = float(np.float32(rate)) * 4294967296.0
-    return 0xFFFFFFFF if t >= 4294967295.0 else int(t)
+    """16-bit draws below the threshold are dropped (dropout.h's dropout_threshold)."""
+    t = float(np.float32(rate)) * 65536.0 + 0.5
+    return 65536 if t >= 65536.0 else int(t)
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 3, 4, 5))
@@ -59,14 +61,20 @@ def dropout_mask_from_seed(seed, dropout_rate: float, batch: int, num_heads: int
     """Keep mask [batch, num_heads, seqlen_q, seqlen_k] (bool) for the seed words."""
     seed = _u32(seed)
     n4 = -(-seqlen_k // 4)
+    rows = np.arange(seqlen_q)
+    pair = (rows // 16) * 8 + rows % 8            # the counter's row word
+    n_pairs = int(pair.max()) + 1 if seqlen_q else 0
     b = jnp.arange(batch, dtype=jnp.uint32)[:, None, None, None]
     h = jnp.arange(num_heads, dtype=jnp.uint32)[None, :, None, None]
-    i = jnp.arange(seqlen_q, dtype=jnp.uint32)[None, None, :, None]
+    r = jnp.arange(n_pairs, dtype=jnp.uint32)[None, None, :, None]
     c = jnp.arange(n4, dtype=jnp.uint32)[None, None, None, :]
-    shape = (batch, num_heads, seqlen_q, n4)
-    words = philox4x32_10(tuple(jnp.broadcast_to(x, shape) for x in (c, i, h, b)), (seed[0], seed[1]))
-    words = jnp.stack(words, axis=-1).reshape(batch, num_heads, seqlen_q, 4 * n4)[..., :seqlen_k]
-    return words >= _u32(dropout_threshold(dropout_rate))
+    shape = (batch, num_heads, n_pairs, n4)
+    words = philox4x32_10(tuple(jnp.broadcast_to(x, shape) for x in (c, r, h, b)), (seed[0], seed[1]))
+    words = jnp.stack(words, axis=-1).reshape(batch, num_heads, n_pairs, 4 * n4)
+    words = words[:, :, pair][..., :seqlen_k]     # [batch, heads, seqlen_q, seqlen_k]
+    high = jnp.asarray((rows // 8) % 2 == 1)[None, None, :, None]
+    draws = jnp.where(high, words >> 16, words & _u32(0xFFFF))
+    return draws >= _u32(dropout_threshold(dropout_rate))
 
 
 def dropout_mask(dropout_rng, dropout_rate: float, batch: int, num_heads: int, seqlen_q: int,

@@ -14,7 +14,7 @@ import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import jax_flash
-from jax_flash.dropout import dropout_mask_from_seed, philox4x32_10
+from jax_flash.dropout import dropout_mask_from_seed, dropout_threshold, philox4x32_10
 from jax_flash.reference import (attention_reference_grad_np, attention_reference_np,
                                  variant_mask_and_bias)
 from jax_flash.ring import shard_map
@@ -201,6 +201,26 @@ def test_philox_matches_random123_known_answers():
     for ctr, key, want in cases:
         got = philox4x32_10(ctr, key)
         assert [int(x) for x in got] == list(want)
+
+
+def test_dropout_mask_follows_its_definition_element_by_element():
+    # dropout.h: element (b, h, i, j) takes the (i // 8) % 2 half of word j % 4
+    # of philox(seed, (j // 4, (i // 16) * 8 + i % 8, h, b)), kept when >= the
+    # 16-bit threshold round(rate * 65536). Checked here from scalar Philox
+    # calls, independently of dropout_mask_from_seed's vectorised gather.
+    seed = (0x1234567, 0x89ABCDEF)
+    rate, batch, heads, sq, sk = 0.3, 2, 3, 41, 23
+    mask = np.asarray(dropout_mask_from_seed(jnp.asarray(seed, jnp.uint32), rate, batch, heads, sq, sk))
+    threshold = int(np.float32(rate) * 65536.0 + 0.5)
+    for b, h, i, j in [(0, 0, 0, 0), (1, 2, 8, 3), (1, 1, 15, 22), (0, 2, 16, 5), (1, 0, 24, 7),
+                       (0, 1, 40, 21), (1, 2, 33, 0), (0, 0, 9, 10)]:
+        words = philox4x32_10((j // 4, (i // 16) * 8 + i % 8, h, b), seed)
+        word = int(words[j % 4])
+        draw = word >> 16 if (i // 8) % 2 else word & 0xFFFF
+        assert bool(mask[b, h, i, j]) == (draw >= threshold), (b, h, i, j)
+    # The threshold: the rate rounded to 1/65536.
+    assert dropout_threshold(0.0) == 0 and dropout_threshold(0.1) == 6554
+    assert dropout_threshold(1 - 2**-18) == 65536  # rounds to "drop everything"
 
 
 @pytest.mark.parametrize("rng_kind", ["typed", "raw"])

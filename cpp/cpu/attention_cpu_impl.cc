@@ -185,7 +185,7 @@ void dropout_row(const FwdParams& p, int b, int h, int row, int k0, int cols, fl
   const float keep_scale = 1.f / (1.f - p.dropout_rate);
   for (int j = 0; j < cols; j += 4) {  // k0 and j are multiples of 4
     const Philox4 w = dropout_words(p.dropout_seed, b, h, row, k0 + j);
-    for (int t = 0; t < 4; ++t) z[j + t] = philox_word(w, t) >= threshold ? keep_scale : 0.f;
+    for (int t = 0; t < 4; ++t) z[j + t] = dropout_draw(philox_word(w, t), row) >= threshold ? keep_scale : 0.f;
   }
   for (int j = cols; j < kBlockK; ++j) z[j] = 0.f;
 }

@@ -164,7 +164,7 @@ __device__ __forceinline__ void variant_probs_dscores(Acc& s, AccdP& dp, Coords 
   Tensor srr = make_tensor(s.data(), rowcol(s.layout()));
   Tensor drr = make_tensor(dp.data(), rowcol(dp.layout()));
   Tensor crr = make_tensor(cs.data(), rowcol(cs.layout()));
-  // Row-col rows 2m, 2m + 1 are rows r, r + 8 of one MMA tile (keep_quad).
+  // Row-col rows 2m, 2m + 1 are rows r, r + 8 of one MMA tile (keep_oct).
   CUTE_UNROLL
   for (int mi = 0; mi < size<0>(srr); mi += 2) {
     int row[2], id[2];
@@ -177,14 +177,16 @@ __device__ __forceinline__ void variant_probs_dscores(Acc& s, AccdP& dp, Coords 
       d[e] = dsum(mi + e, r);
       id[e] = (mask && seg) ? qid(mi + e, row[e]) : 0;
     }
+    // Two MMA tiles' column pairs (ni, ni + 2) a step: one keep_oct call.
+    static_assert(decltype(size<1>(srr))::value % 4 == 0);
     CUTE_UNROLL
-    for (int ni = 0; ni < size<1>(srr); ni += 2) {
-      const int col = col0 + get<1>(crr(mi, ni));
-      bool k[4] = {true, true, true, true};
-      if (var.dropout()) var.keep_quad(row[0], row[1], col, k);
+    for (int n4 = 0; n4 < size<1>(srr); n4 += 4) {
+      bool k[8] = {true, true, true, true, true, true, true, true};
+      if (var.dropout()) var.keep_oct(row[0], col0 + get<1>(crr(mi, n4)), col0 + get<1>(crr(mi, n4 + 2)), k);
       CUTE_UNROLL
-      for (int e = 0; e < 4; ++e) {
-        const int er = e >> 1, ec = e & 1;
+      for (int e8 = 0; e8 < 8; ++e8) {
+        const int ni = n4 + 2 * (e8 >> 2), er = (e8 >> 1) & 1, ec = e8 & 1;
+        const int col = col0 + get<1>(crr(mi, ni));
         float& sv = srr(mi + er, ni + ec);
         float& dv = drr(mi + er, ni + ec);
         float dt = 1.f;
@@ -198,8 +200,8 @@ __device__ __forceinline__ void variant_probs_dscores(Acc& s, AccdP& dp, Coords 
         const float pr = vis ? exp2f(l - l2[er]) : 0.f;
         float dpv = dv, pd = pr;
         if (var.dropout()) {
-          dpv = k[e] ? dpv * var.keep_scale : 0.f;
-          pd = k[e] ? pr * var.keep_scale : 0.f;
+          dpv = k[e8] ? dpv * var.keep_scale : 0.f;
+          pd = k[e8] ? pr * var.keep_scale : 0.f;
         }
         sv = pd;
         dv = kTransform ? pr * (dpv - d[er]) * dt : pr * (dpv - d[er]);

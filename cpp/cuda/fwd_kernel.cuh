@@ -300,20 +300,24 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(const __grid_
       // Dropout of P (the row sums above stay undropped); 1/(1-rate) at the end.
       if (var.dropout()) {
         // Rows 2m, 2m + 1 of the row-col view are rows r and r + 8 of one
-        // MMA tile; columns 2n, 2n + 1 a column pair (see keep_quad).
+        // MMA tile; columns 2n, 2n + 1 a column pair, 2n + 2 the next MMA
+        // tile's (see keep_oct: two tiles a call).
         Tensor s_rc = make_tensor(acc_s.data(), acc_rowcol_layout(acc_s.layout()));
+        static_assert(decltype(size<1>(s_rc))::value % 4 == 0);
 #pragma unroll
         for (int r = 0; r < kRows; r += 2) {
           const int row_lo = row0 + get<0>(tSc_rc(r, 0));
-          const int row_hi = row0 + get<0>(tSc_rc(r + 1, 0));
 #pragma unroll
-          for (int c = 0; c < size<1>(s_rc); c += 2) {
-            bool k[4];
-            var.keep_quad(row_lo, row_hi, col0 + get<1>(tSc_rc(r, c)), k);
-            if (!k[0]) s_rc(r, c) = 0.f;
-            if (!k[1]) s_rc(r, c + 1) = 0.f;
-            if (!k[2]) s_rc(r + 1, c) = 0.f;
-            if (!k[3]) s_rc(r + 1, c + 1) = 0.f;
+          for (int c = 0; c < size<1>(s_rc); c += 4) {
+            bool k[8];
+            var.keep_oct(row_lo, col0 + get<1>(tSc_rc(r, c)), col0 + get<1>(tSc_rc(r, c + 2)), k);
+#pragma unroll
+            for (int t = 0; t < 2; ++t) {
+              if (!k[4 * t + 0]) s_rc(r, c + 2 * t) = 0.f;
+              if (!k[4 * t + 1]) s_rc(r, c + 2 * t + 1) = 0.f;
+              if (!k[4 * t + 2]) s_rc(r + 1, c + 2 * t) = 0.f;
+              if (!k[4 * t + 3]) s_rc(r + 1, c + 2 * t + 1) = 0.f;
+            }
           }
         }
       }

@@ -112,20 +112,24 @@ struct Sm90Traits {
   using SmemCopyAtomO = Copy_Atom<UniversalCopy<uint32_t>, Element>;
 };
 
-// Logit transforms of the kLogits kernels (bits).
-enum : int { kLogitSoftcap = 1, kLogitAlibi = 2 };
+// Logit transforms of the kLogits kernels (bits); kLogitDropout: the
+// dropout keep mask on P (dropout.h), the 1 / (1 - rate) on O at the end.
+enum : int { kLogitSoftcap = 1, kLogitAlibi = 2, kLogitDropout = 4 };
 
 // A masks traits (kMasks) plus kLogits: the per-CTA logit scalars follow
 // the MaskScalars in shared memory.
 template <class MasksTraits, int kLogits_>
 struct Sm90LogitsTraits : MasksTraits {
-  static_assert(MasksTraits::kMasks && kLogits_ > 0 && kLogits_ <= 3);
+  static_assert(MasksTraits::kMasks && kLogits_ > 0 && kLogits_ <= 7);
   static constexpr int kLogits = kLogits_;
   struct LogitScalars {
     int64_t pos0;      // absolute position of the query tile's row 0 (row0 + offset)
     float qk_mul;      // soft-cap: scale / cap; else scale * log2(e)
     float cap_log2;    // soft-cap: cap * log2(e)
     float slope_log2;  // ALiBi: slope * log2(e)
+    uint32_t seed[2];  // dropout: the Philox key
+    uint32_t drop_threshold;
+    float keep_scale;  // dropout: 1 / (1 - rate)
   };
   static constexpr int kSmemBytes = MasksTraits::kSmemBytes + int(sizeof(LogitScalars));
 };
@@ -210,6 +214,31 @@ __device__ __forceinline__ void wgmma_issue(TiledMma& mma, TA& tA, TB const& tB,
 // apply_variant_mask. Tiles whose keys all lie on one side of every row's
 // position (every off-diagonal tile of a causal band) take the bias as one
 // FMA of that constant; the others take |distance|.
+// Dropout of P (after the softmax's row sums, which stay undropped): the
+// keep bits of this thread's S accumulator values ((2,2,BN/8): column pair,
+// rows r / r + 8, 8-column MMA tile) two MMA tiles a Philox call (keep_oct).
+// Which bit a value takes comes from thread 0's coordinates (compile-time)
+// relative to the group's first value, so the value order is not assumed
+// within a tile.
+template <class TS, class TC, class TC0, class LS>
+__device__ __forceinline__ void apply_dropout(TS& acc_s, TC const& tSc, TC0 const& tSc0, const LS* ls, int batch,
+                                              int head, int row0, int col0) {
+  static_assert(decltype(size(acc_s))::value % 8 == 0);
+  const uint32_t seed[2] = {ls->seed[0], ls->seed[1]};
+  const uint32_t threshold = ls->drop_threshold;
+#pragma unroll
+  for (int i = 0; i < size(acc_s); i += 8) {
+    bool k[8];
+    keep_oct(seed, batch, head, threshold, row0 + get<0>(tSc(i)), col0 + get<1>(tSc(i)), col0 + get<1>(tSc(i + 4)), k);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int g = i + (j & 4);  // first value of this j's MMA tile
+      const int dr = get<0>(tSc0(i + j)) - get<0>(tSc0(g)), dc = get<1>(tSc0(i + j)) - get<1>(tSc0(g));
+      if (!k[(j & 4) + (dr >> 3) * 2 + dc]) acc_s(i + j) = 0.f;
+    }
+  }
+}
+
 template <int kLogits, int kBlockM, int kBlockN, class TS, class TC, class TC0, class LS>
 __device__ __forceinline__ void apply_logits(TS& acc_s, TC const& tSc, TC0 const& tSc0, const LS* ls, int col0) {
   Tensor s = make_tensor(acc_s.data(), acc_rowcol_layout(acc_s.layout()));
@@ -357,6 +386,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
   constexpr bool kMasks = Traits::kMasks;
   constexpr int kLogits = LogitsOf<Traits>::value;  // (kMasks kernels only)
   static_assert(kLogits == 0 || kMasks);
+  // Logit transforms (soft-cap / ALiBi bits) and dropout.
+  constexpr int kTransform = kLogits & (kLogitSoftcap | kLogitAlibi);
+  constexpr bool kDropout = (kLogits & kLogitDropout) != 0;
   [[maybe_unused]] int n_blocks = 0, n_top = -1;
   const int n_stop = 0;
   // (kMasks) The per-CTA values stay in shared memory (MaskScalars): at 128
@@ -411,6 +443,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
         ls->qk_mul = cap ? p.scale / p.softcap : p.scale * 1.4426950408889634f;
         ls->cap_log2 = cap ? p.softcap * 1.4426950408889634f : 0.f;
         ls->slope_log2 = var.alibi_log2;
+        ls->seed[0] = var.seed[0];
+        ls->seed[1] = var.seed[1];
+        ls->drop_threshold = var.drop_threshold;
+        ls->keep_scale = var.keep_scale;
       }
     }
     __syncthreads();
@@ -558,10 +594,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
   // (kLogits) Logits in log2 units from apply_logits: softmax scale 1; soft-cap
   // alone leaves tanh(s * scale / cap), its scale cap * log2(e) fused into
   // exp2 as the plain kernel does with the softmax scale (cap > 0).
-  const bool pre_scale = kLogits == 0 && !(args.scale_log2 > 0.f);
+  const bool pre_scale = kTransform == 0 && !(args.scale_log2 > 0.f);
   float scale_log2;
-  if constexpr (kLogits == kLogitSoftcap) scale_log2 = lsc->cap_log2;
-  else scale_log2 = (kLogits != 0 || pre_scale) ? 1.f : args.scale_log2;
+  if constexpr (kTransform == kLogitSoftcap) scale_log2 = lsc->cap_log2;
+  else scale_log2 = (kTransform != 0 || pre_scale) ? 1.f : args.scale_log2;
 
   if constexpr (!Traits::kOverlap) {
     int n_block;
@@ -619,12 +655,13 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
         for (int i = 0; i < size(acc_s); ++i) acc_s(i) *= args.scale_log2;
       }
       if constexpr (kMasks) {
-        if constexpr (kLogits != 0) apply_logits<kLogits, kBlockM, kBlockN>(acc_s, tSc, tSc0, lsc, col0);
+        if constexpr (kTransform != 0) apply_logits<kTransform, kBlockM, kBlockN>(acc_s, tSc, tSc0, lsc, col0);
         if (need_mask) apply_variant_mask(acc_s, tSc, tSc0, p, batch, ms, row0, col0, seg);
       } else {
         if (need_mask) apply_mask(acc_s, tSc, row0, col0, p.seqlen_k, p.causal);
       }
       softmax.update(acc_s, acc_o, scale_log2);
+      if constexpr (kDropout) apply_dropout(acc_s, tSc, tSc0, lsc, batch, head, row0, col0);
 
       Tensor rP = convert_regs<Element>(acc_s);
       Tensor tOrP = make_tensor(rP.data(), PAsALayout<kBlockN>{});
@@ -737,7 +774,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
 #pragma unroll
         for (int i = 0; i < size(acc_s); ++i) acc_s(i) *= args.scale_log2;
       }
-      if constexpr (kLogits != 0) apply_logits<kLogits, kBlockM, kBlockN>(acc_s, tSc, tSc0, lsc, col0);
+      if constexpr (kTransform != 0) apply_logits<kTransform, kBlockM, kBlockN>(acc_s, tSc, tSc0, lsc, col0);
       if (need_mask) apply_variant_mask(acc_s, tSc, tSc0, p, batch, ms, row0, col0, seg);
     };
     int j = n_stop - 1, jn = n_stop - 1;  // second and third visited tiles
@@ -762,6 +799,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
       warpgroup_fence_operand(acc_s);
       mask_scale(n_first * kBlockN, needs_mask(n_first, seg_first), seg_first, acc_s);
       softmax_step(softmax, acc_s, corr, scale_log2);  // O is still 0: no rescale
+      if constexpr (kDropout) apply_dropout(acc_s, tSc, tSc0, lsc, batch, head, row0, n_first * kBlockN);
       Tensor rP = convert_regs<Element>(acc_s);
 #pragma unroll
       for (int i = 0; i < size(tOrP); ++i) tOrP(i) = rP(i);
@@ -787,6 +825,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
       warpgroup_fence_operand(acc_s);
       mask_scale(j * kBlockN, needs_mask(j, seg_j), seg_j, acc_s);
       softmax_step(softmax, acc_s, corr, scale_log2);
+      if constexpr (kDropout) apply_dropout(acc_s, tSc, tSc0, lsc, batch, head, row0, j * kBlockN);
       warpgroup_wait<0>();  // P V of the previous tile
       warpgroup_fence_operand(acc_o);
       rescale_rows(acc_o, corr);
@@ -812,6 +851,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
   // ---- epilogue ----
   float lse[kRows];
   softmax.finalize(acc_o, lse, scale_log2);
+  if constexpr (kDropout) {
+    const float keep_scale = lsc->keep_scale;
+#pragma unroll
+    for (int i = 0; i < size(acc_o); ++i) acc_o(i) *= keep_scale;
+  }
 
   cp_async_wait<0>();
   __syncthreads();  // every warpgroup's wgmmas on sQ are done: O reuses it

@@ -38,6 +38,34 @@ __device__ __forceinline__ float fast_tanh(float x) {
   return 1.f - __fdividef(2.f, e + 1.f);
 }
 
+// Keep bits of rows {row, row + 8} x columns {col_a, col_a + 1} and
+// {col_b, col_b + 1} (two MMA tiles' column pairs; row % 16 < 8, columns
+// even) held by this lane of an SM80 / wgmma accumulator. Lanes l and l ^ 1
+// own the two column pairs of one 4-column Philox group (l odd: col % 4 ==
+// 2) for the same two rows, which one call covers (dropout.h): the even lane
+// computes tile a's call, the odd one tile b's, and each passes its partner
+// the two words it needs: one Philox call per 8 elements. All 32 lanes of
+// the warp must call it together.
+// k[0], k[1]: row (col_a, col_a + 1); k[2], k[3]: row + 8; k[4..7]: col_b.
+__device__ __forceinline__ void keep_oct(const uint32_t (&seed)[2], int batch, int head, uint32_t threshold, int row,
+                                         int col_a, int col_b, bool (&k)[8]) {
+  const bool odd = (threadIdx.x & 1) != 0;
+  const Philox4 w = dropout_words(seed, batch, head, row, odd ? col_b : col_a);
+  // Even lane: keeps words 0, 1 of a, sends 2, 3; odd: keeps 2, 3 of b, sends 0, 1.
+  const uint32_t r0 = __shfl_xor_sync(0xffffffffu, odd ? w.x : w.z, 1);
+  const uint32_t r1 = __shfl_xor_sync(0xffffffffu, odd ? w.y : w.w, 1);
+  const uint32_t a0 = odd ? r0 : w.x, a1 = odd ? r1 : w.y;
+  const uint32_t b0 = odd ? w.z : r0, b1 = odd ? w.w : r1;
+  k[0] = (a0 & 0xFFFFu) >= threshold;
+  k[1] = (a1 & 0xFFFFu) >= threshold;
+  k[2] = (a0 >> 16) >= threshold;
+  k[3] = (a1 >> 16) >= threshold;
+  k[4] = (b0 & 0xFFFFu) >= threshold;
+  k[5] = (b1 & 0xFFFFu) >= threshold;
+  k[6] = (b0 >> 16) >= threshold;
+  k[7] = (b1 >> 16) >= threshold;
+}
+
 struct Variant {
   // The kernel's parameters (a __grid_constant__ kernel argument): uniform
   // settings are read from the constant bank on use, so they cost no
@@ -275,22 +303,9 @@ struct Variant {
     return s;
   }
 
-  // Keep bits of rows {row_lo, row_hi} x columns {col, col + 1} (col even)
-  // held by this lane of an SM80 MMA accumulator. Lanes l and l ^ 1 own the
-  // two column pairs of one 4-column Philox group (l odd: col % 4 == 2) for
-  // the same two rows, so each lane computes one row's four words and swaps
-  // half of them with its partner: one Philox call per 4 elements. All 32
-  // lanes of the warp must call it together.
-  // k[0], k[1]: row_lo (col, col + 1); k[2], k[3]: row_hi.
-  __device__ __forceinline__ void keep_quad(int row_lo, int row_hi, int col, bool (&k)[4]) const {
-    const bool odd = (threadIdx.x & 1) != 0;
-    const Philox4 w = dropout_words(seed, batch, head, odd ? row_hi : row_lo, col);
-    const uint32_t r0 = __shfl_xor_sync(0xffffffffu, odd ? w.x : w.z, 1);
-    const uint32_t r1 = __shfl_xor_sync(0xffffffffu, odd ? w.y : w.w, 1);
-    k[0] = (odd ? r0 : w.x) >= drop_threshold;
-    k[1] = (odd ? r1 : w.y) >= drop_threshold;
-    k[2] = (odd ? w.z : r0) >= drop_threshold;
-    k[3] = (odd ? w.w : r1) >= drop_threshold;
+  // Dropout keep bits of two MMA tiles' column pairs (the free keep_oct).
+  __device__ __forceinline__ void keep_oct(int row, int col_a, int col_b, bool (&k)[8]) const {
+    jax_flash::cuda::keep_oct(seed, batch, head, drop_threshold, row, col_a, col_b, k);
   }
 };
 

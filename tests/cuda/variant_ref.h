@@ -198,8 +198,7 @@ inline Ref reference(const VarCase& c, const VarHost& h, const std::vector<float
           if (c.segments && h.qseg[size_t(b) * Sq + i] != h.kseg[size_t(b) * Sk + j]) ok = false;
           vis[size_t(i) * Sk + j] = ok;
           if (c.dropout > 0.f) {
-            const jax_flash::Philox4 w = jax_flash::dropout_words(h.seed, b, hh, i, j);
-            keep[size_t(i) * Sk + j] = jax_flash::philox_word(w, j % 4) >= thr;
+            keep[size_t(i) * Sk + j] = jax_flash::dropout_keep(h.seed, b, hh, i, j, thr);
           }
           if (!ok) continue;
           double acc = 0;
