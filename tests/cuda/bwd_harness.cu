@@ -500,15 +500,15 @@ static int check_variant(const vref::VarCase& c, uint64_t seed) {
 // bwd_alt.cu: the generic variants kernels on the plain dK/dV tile (d128 bf16).
 cudaError_t jf_bwd_var_general_d128_tile128(const jax_flash::BwdParams& p, cudaStream_t s);
 
-// Mean ms of 5 calls of fn (returning cudaError_t) after one warm-up.
+// Mean ms of `reps` calls of fn (returning cudaError_t) after one warm-up
+// (the sm90 harnesses, which include this file, time with it too).
 template <class Fn>
-static float time_ms(Fn&& fn) {
+static float time_ms(Fn&& fn, int reps = 5) {
   CK(fn());
   CK(cudaDeviceSynchronize());
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
-  const int reps = 5;
   CK(cudaEventRecord(e0));
   for (int r = 0; r < reps; ++r) CK(fn());
   CK(cudaEventRecord(e1));

@@ -105,23 +105,6 @@ static int test_d128() {
   return fails == 0 ? 0 : 1;
 }
 
-static double time_ms(const BwdParams& bp, int reps) {
-  CK(jax_flash::cuda::run_bwd_hook(bp, 0));
-  CK(cudaDeviceSynchronize());
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  CK(cudaEventRecord(e0));
-  for (int r = 0; r < reps; ++r) CK(jax_flash::cuda::run_bwd_hook(bp, 0));
-  CK(cudaEventRecord(e1));
-  CK(cudaEventSynchronize(e1));
-  float t;
-  CK(cudaEventElapsedTime(&t, e0, e1));
-  CK(cudaEventDestroy(e0));
-  CK(cudaEventDestroy(e1));
-  return t / reps;
-}
-
 static int bench_d128(const std::vector<int>& seqs) {
   const int D = 128;
   std::printf("bf16 d128, 16k tokens, hidden 2048; backward only (preprocess + dK/dV(+dQ atomics) + dq convert)\n");
@@ -143,17 +126,18 @@ static int bench_d128(const std::vector<int>& seqs) {
       std::vector<float> lse(size_t(B) * H * S, std::log(float(S)) + 3.f);
       CK(cudaMemcpy(p.lse, lse.data(), lse.size() * 4, cudaMemcpyHostToDevice));
       BwdParams bp = make_params(p, false);
+      auto bwd = [&] { return jax_flash::cuda::run_bwd_hook(bp, 0); };
       jax_flash::cuda::g_sm90 = false;
-      const double t80 = time_ms(bp, 10);
+      const double t80 = time_ms(bwd, 10);
       jax_flash::cuda::g_sm90 = true;
       const long before = jax_flash::cuda::g_fallbacks;
-      const double t90 = time_ms(bp, 10);
+      const double t90 = time_ms(bwd, 10);
       jax_flash::cuda::g_alt = 1;
-      const double ta = time_ms(bp, 10);
+      const double ta = time_ms(bwd, 10);
       jax_flash::cuda::g_alt = 2;
-      const double te = time_ms(bp, 10);
+      const double te = time_ms(bwd, 10);
       jax_flash::cuda::g_alt = 3;
-      const double tl = time_ms(bp, 10);
+      const double tl = time_ms(bwd, 10);
       jax_flash::cuda::g_alt = 0;
       const double flops = 2.5 * 4.0 * double(S) * S * D * H * B / (causal ? 2.0 : 1.0);
       std::printf("%6d %6d %4d %9.3f %8.1f %9.3f %8.1f %7.3f %9.3f %8.1f %9.3f %8.1f %9.3f %8.1f%s\n", S, B, causal,

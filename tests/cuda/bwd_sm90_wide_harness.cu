@@ -112,24 +112,6 @@ static int test_d256() {
   return fails == 0 ? 0 : 1;
 }
 
-template <class F>
-static double time_ms(F&& f, int reps) {
-  CK(f());
-  CK(cudaDeviceSynchronize());
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  CK(cudaEventRecord(e0));
-  for (int r = 0; r < reps; ++r) CK(f());
-  CK(cudaEventRecord(e1));
-  CK(cudaEventSynchronize(e1));
-  float t;
-  CK(cudaEventElapsedTime(&t, e0, e1));
-  CK(cudaEventDestroy(e0));
-  CK(cudaEventDestroy(e1));
-  return t / reps;
-}
-
 static int bench_d256(const std::vector<int>& seqs) {
   constexpr int D = jax_flash::cuda::kD;
   std::printf("bf16 d256, 16k tokens, hidden 2048 (8 heads); kernel times (events, 10 reps)\n");
