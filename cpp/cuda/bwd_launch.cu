@@ -79,8 +79,8 @@ cudaError_t dispatch_bwd(const BwdParams& p, BwdLaunchFlags f, cudaStream_t s) {
       if (masks) {
         const cudaError_t err = run_bwd_sm90_masks_hdim<kDType, D>(p, f, s);
         if (err != cudaErrorNotSupported) return err;
-      } else if (!(p.dropout_rate > 0.f && p.dropout_seed != nullptr)) {
-        // Soft-cap / ALiBi without dropout.
+      } else {
+        // Soft-cap / ALiBi (the logits launcher refuses dropout).
         const cudaError_t err = run_bwd_sm90_logits_hdim<kDType, D>(p, f, s);
         if (err != cudaErrorNotSupported) return err;
       }

@@ -54,8 +54,7 @@ cudaError_t launch_bwd_sm90(const BwdParams& p, BwdLaunchFlags flags, cudaStream
   if constexpr (fwd::LogitsOf<Traits>::value != 0) {
     // Soft-cap / ALiBi (this kernel's set), with or without masks, atomic
     // mode, no dropout.
-    if (p.deterministic || logits_kind(p) != fwd::LogitsOf<Traits>::value ||
-        (p.dropout_rate > 0.f && p.dropout_seed != nullptr))
+    if (p.deterministic || logits_kind(p) != fwd::LogitsOf<Traits>::value || variant_dropout(p))
       return cudaErrorNotSupported;
   } else if constexpr (Traits::kMasks) {
     // Masks-only variants, atomic mode (deterministic: the SM80 pair).

@@ -214,31 +214,6 @@ __device__ __forceinline__ void wgmma_issue(TiledMma& mma, TA& tA, TB const& tB,
 // apply_variant_mask. Tiles whose keys all lie on one side of every row's
 // position (every off-diagonal tile of a causal band) take the bias as one
 // FMA of that constant; the others take |distance|.
-// Dropout of P (after the softmax's row sums, which stay undropped): the
-// keep bits of this thread's S accumulator values ((2,2,BN/8): column pair,
-// rows r / r + 8, 8-column MMA tile) two MMA tiles a Philox call (keep_oct).
-// Which bit a value takes comes from thread 0's coordinates (compile-time)
-// relative to the group's first value, so the value order is not assumed
-// within a tile.
-template <class TS, class TC, class TC0, class LS>
-__device__ __forceinline__ void apply_dropout(TS& acc_s, TC const& tSc, TC0 const& tSc0, const LS* ls, int batch,
-                                              int head, int row0, int col0) {
-  static_assert(decltype(size(acc_s))::value % 8 == 0);
-  const uint32_t seed[2] = {ls->seed[0], ls->seed[1]};
-  const uint32_t threshold = ls->drop_threshold;
-#pragma unroll
-  for (int i = 0; i < size(acc_s); i += 8) {
-    bool k[8];
-    keep_oct(seed, batch, head, threshold, row0 + get<0>(tSc(i)), col0 + get<1>(tSc(i)), col0 + get<1>(tSc(i + 4)), k);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const int g = i + (j & 4);  // first value of this j's MMA tile
-      const int dr = get<0>(tSc0(i + j)) - get<0>(tSc0(g)), dc = get<1>(tSc0(i + j)) - get<1>(tSc0(g));
-      if (!k[(j & 4) + (dr >> 3) * 2 + dc]) acc_s(i + j) = 0.f;
-    }
-  }
-}
-
 template <int kLogits, int kBlockM, int kBlockN, class TS, class TC, class TC0, class LS>
 __device__ __forceinline__ void apply_logits(TS& acc_s, TC const& tSc, TC0 const& tSc0, const LS* ls, int col0) {
   Tensor s = make_tensor(acc_s.data(), acc_rowcol_layout(acc_s.layout()));
@@ -294,6 +269,31 @@ __device__ __forceinline__ void apply_logits(TS& acc_s, TC const& tSc, TC0 const
           s(r, j) = logit(s(r, j), -slope * fabsf(base + rc));
         }
       }
+    }
+  }
+}
+
+// Dropout of P (after the softmax's row sums, which stay undropped): the
+// keep bits of this thread's S accumulator values ((2,2,BN/8): column pair,
+// rows r / r + 8, 8-column MMA tile) two MMA tiles a Philox call (keep_oct).
+// Which bit a value takes comes from thread 0's coordinates (compile-time)
+// relative to the group's first value, so the value order is not assumed
+// within a tile.
+template <class TS, class TC, class TC0, class LS>
+__device__ __forceinline__ void apply_dropout(TS& acc_s, TC const& tSc, TC0 const& tSc0, const LS* ls, int batch,
+                                              int head, int row0, int col0) {
+  static_assert(decltype(size(acc_s))::value % 8 == 0);
+  const uint32_t seed[2] = {ls->seed[0], ls->seed[1]};
+  const uint32_t threshold = ls->drop_threshold;
+#pragma unroll
+  for (int i = 0; i < size(acc_s); i += 8) {
+    bool k[8];
+    keep_oct(seed, batch, head, threshold, row0 + get<0>(tSc(i)), col0 + get<1>(tSc(i)), col0 + get<1>(tSc(i + 4)), k);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int g = i + (j & 4);  // first value of this j's MMA tile
+      const int dr = get<0>(tSc0(i + j)) - get<0>(tSc0(g)), dc = get<1>(tSc0(i + j)) - get<1>(tSc0(g));
+      if (!k[(j & 4) + (dr >> 3) * 2 + dc]) acc_s(i + j) = 0.f;
     }
   }
 }

@@ -97,7 +97,7 @@ cudaError_t launch_fwd_sm90(const FwdParams& params, cudaStream_t stream) {
 // sm_90a here.
 template <class MasksTraits, class MasksTraitsBoth = MasksTraits>
 cudaError_t launch_fwd_sm90_logits(const FwdParams& params, cudaStream_t stream) {
-  const bool dropout = params.dropout_rate > 0.f && params.dropout_seed != nullptr;
+  const bool dropout = variant_dropout(params);
   const int logits = (params.softcap > 0.f ? kLogitSoftcap : 0) | (params.alibi_slopes ? kLogitAlibi : 0);
   if ((dropout && logits != 0) || (!dropout && logits == 0) || !sm90_vector_ok(params)) return cudaErrorNotSupported;
   if (dropout) {

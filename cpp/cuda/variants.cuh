@@ -24,9 +24,12 @@ namespace jax_flash::cuda {
 // and dropout code (kernel template kVariants = kVarMasks), whose register
 // use matches the plain kernels'.
 enum : int { kVarNone = 0, kVarGeneral = 1, kVarMasks = 2 };
+// Dropout is on: a rate and the seed words.
+__host__ __device__ inline bool variant_dropout(const FwdParams& p) {
+  return p.dropout_rate > 0.f && p.dropout_seed != nullptr;
+}
 __host__ __device__ inline bool variant_masks_only(const FwdParams& p) {
-  return p.softcap == 0.f && p.alibi_slopes == nullptr &&
-         !(p.dropout_rate > 0.f && p.dropout_seed != nullptr);
+  return p.softcap == 0.f && p.alibi_slopes == nullptr && !variant_dropout(p);
 }
 
 // tanh(x) = 1 - 2 / (exp(2x) + 1) with ex2.approx and a fast reciprocal:
@@ -118,7 +121,7 @@ struct Variant {
     return segments() && p.q_segment_ranges != nullptr && p.kv_segment_ranges != nullptr;
   }
   __device__ __forceinline__ bool dropout() const {
-    return p.dropout_rate > 0.f && p.dropout_seed != nullptr;
+    return variant_dropout(p);
   }
   __device__ __forceinline__ float softcap() const { return p.softcap > 0.f ? p.softcap : 0.f; }
 
