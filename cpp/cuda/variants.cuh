@@ -19,15 +19,16 @@
 
 namespace jax_flash::cuda {
 
+// Dropout is on: a rate and the seed words.
+__host__ __device__ inline bool variant_dropout(const FwdParams& p) {
+  return p.dropout_rate > 0.f && p.dropout_seed != nullptr;
+}
+
 // Masks-only variants (window, lengths, offsets, segments): no soft-cap,
 // ALiBi or dropout. Those run on kernels built without the logit transform
 // and dropout code (kernel template kVariants = kVarMasks), whose register
 // use matches the plain kernels'.
 enum : int { kVarNone = 0, kVarGeneral = 1, kVarMasks = 2 };
-// Dropout is on: a rate and the seed words.
-__host__ __device__ inline bool variant_dropout(const FwdParams& p) {
-  return p.dropout_rate > 0.f && p.dropout_seed != nullptr;
-}
 __host__ __device__ inline bool variant_masks_only(const FwdParams& p) {
   return p.softcap == 0.f && p.alibi_slopes == nullptr && !variant_dropout(p);
 }
