@@ -70,7 +70,8 @@ cudaError_t dispatch_bwd(const BwdParams& p, BwdLaunchFlags f, cudaStream_t s) {
     });
   // Masks-only variants: no soft-cap, ALiBi or dropout. On Hopper (90a
   // builds, d64 / d128, atomic, aligned) the wgmma kernels take them, and
-  // soft-cap / ALiBi without dropout; else (or NotSupported) the SM80 ones.
+  // soft-cap / ALiBi without dropout, and dropout alone; else (or
+  // NotSupported) the SM80 ones.
   const bool masks = variant_masks_only(p);
   return dispatch_head_dim<true>(p.head_dim, [&](auto d) {
     constexpr int D = decltype(d)::value;
@@ -80,7 +81,7 @@ cudaError_t dispatch_bwd(const BwdParams& p, BwdLaunchFlags f, cudaStream_t s) {
         const cudaError_t err = run_bwd_sm90_masks_hdim<kDType, D>(p, f, s);
         if (err != cudaErrorNotSupported) return err;
       } else {
-        // Soft-cap / ALiBi (the logits launcher refuses dropout).
+        // Soft-cap / ALiBi without dropout, or dropout alone (else NotSupported).
         const cudaError_t err = run_bwd_sm90_logits_hdim<kDType, D>(p, f, s);
         if (err != cudaErrorNotSupported) return err;
       }

@@ -166,6 +166,8 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
   constexpr int kLogits = fwd::LogitsOf<Traits>::value;  // (kMasks kernels only)
   static_assert(kLogits == 0 || kMasks);
   constexpr bool kCap = (kLogits & kLogitSoftcap) != 0, kAlibi = (kLogits & kLogitAlibi) != 0;
+  constexpr int kTransform = kLogits & (kLogitSoftcap | kLogitAlibi);
+  constexpr bool kDropout = (kLogits & fwd::kLogitDropout) != 0;
 
   extern __shared__ __align__(1024) char smem_raw[];
   Storage& smem = *reinterpret_cast<Storage*>(smem_raw);
@@ -208,6 +210,12 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
       if constexpr (kLogits != 0) {
         lsmem().qk_mul = kCap ? p.scale / p.softcap : 0.f;
         lsmem().cap_log2 = kCap ? p.softcap * bwd::kLog2e : 0.f;
+        if constexpr (kDropout) {
+          lsmem().seed[0] = var.seed[0];
+          lsmem().seed[1] = var.seed[1];
+          lsmem().drop_threshold = var.drop_threshold;
+          lsmem().keep_scale = var.keep_scale;
+        }
       }
     }
     if (tid < N) msmem.kseg[tid] = var.segments() && n0 + tid < Sk ? int(p.kv_segment_ids[int64_t(b) * Sk + n0 + tid]) : 0;
@@ -441,8 +449,8 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
         masks_t(tSc0_rc, rb, cb, msmem.qseg[st], msmem.kseg, flags & kTileSeg, msmem.variant(p, b).tile_mask(m0, n0),
                 zero);
     };
-    if constexpr (kLogits != 0) {
-      logits_pass1<kLogits>(s, tSc0_rc, cb, lse_st, scale_log2, kCap ? lsmem().qk_mul : 0.f, alibi());
+    if constexpr (kTransform != 0) {
+      logits_pass1<kTransform>(s, tSc0_rc, cb, lse_st, scale_log2, kCap ? lsmem().qk_mul : 0.f, alibi());
       if constexpr (!kCap) logit_masks([&](int r, int c) { s(r, c) = 0.f; });
       // The tanh pass before the dP^T wait, under the wgmma: ptxas moves
       // register-only math freely across wgmma.wait_group, and scheduled it
@@ -492,6 +500,12 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
     FragP rP;
     if constexpr (!kConvertPLate) rP = fwd::convert_regs<Element>(acc_s);
     Tensor tdVrP = make_tensor(rP.data(), fwd::PAsALayout<M>{});
+    // (kDropout) The keep bits, under the dP^T wgmma.
+    [[maybe_unused]] uint64_t keep_bits = 0;
+    if constexpr (kDropout) {
+      const uint32_t seed[2] = {lsmem().seed[0], lsmem().seed[1]};
+      keep_bits = dropout_bits_t(tSc_rc, seed, lsmem().drop_threshold, b, h, m0, n0);
+    }
     if constexpr (Traits::kEarlyDv) {
       fwd::wgmma_issue<false, true>(mma_dkv, tdVrP, tdVrdOt(_, _, _, st), acc_dv);
       warpgroup_wait<1>();  // dP^T (batches retire in order; dV may still run)
@@ -506,6 +520,20 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
         s(r, c) = 0.f;
         ds(r, c) = 0.f;
       });
+    } else if constexpr (kDropout) {
+      // dS^T = P^T (keep dP^T / (1 - rate) - D); dV takes the dropped P^T.
+      constexpr int C = decltype(size<1>(ds))::value;
+      const float ks = lsmem().keep_scale;
+#pragma unroll
+      for (int c = 0; c < C; ++c) {
+        const float dd = dsum_st[get<1>(tSc_rc(0, c))];
+#pragma unroll
+        for (int r = 0; r < size<0>(ds); ++r) {
+          const bool keep = (keep_bits >> (r * C + c)) & 1u;
+          ds(r, c) = s(r, c) * ((keep ? ds(r, c) * ks : 0.f) - dd);
+          s(r, c) = keep ? s(r, c) * ks : 0.f;
+        }
+      }
     } else {
 #pragma unroll
       for (int c = 0; c < size<1>(ds); ++c) {

@@ -52,10 +52,9 @@ cudaError_t launch_bwd_sm90(const BwdParams& p, BwdLaunchFlags flags, cudaStream
   constexpr int D = Traits::kHeadDim;
   if (!flags.vec_ok || p.head_dim != D) return cudaErrorNotSupported;
   if constexpr (fwd::LogitsOf<Traits>::value != 0) {
-    // Soft-cap / ALiBi (this kernel's set), with or without masks, atomic
-    // mode, no dropout.
-    if (p.deterministic || logits_kind(p) != fwd::LogitsOf<Traits>::value || variant_dropout(p))
-      return cudaErrorNotSupported;
+    // Soft-cap / ALiBi without dropout, or dropout alone (exactly this
+    // kernel's set), with or without masks, atomic mode.
+    if (p.deterministic || logits_kind(p) != fwd::LogitsOf<Traits>::value) return cudaErrorNotSupported;
   } else if constexpr (Traits::kMasks) {
     // Masks-only variants, atomic mode (deterministic: the SM80 pair).
     if (p.deterministic || !variant_masks_only(p)) return cudaErrorNotSupported;
@@ -109,9 +108,9 @@ cudaError_t run_bwd_sm90_masks_hdim(const BwdParams& params, BwdLaunchFlags flag
   return bwd90::launch_bwd_sm90<Traits>(params, flags, stream);
 }
 
-// Soft-cap and / or ALiBi, with or without the masks-only variants, atomic
-// mode, vector-aligned inputs, no dropout (else NotSupported): the masks
-// kernel's tiles, one kernel per transform set. The soft-cap tanh pass is
+// Soft-cap and / or ALiBi without dropout, or dropout alone, with or
+// without the masks-only variants, atomic mode, vector-aligned inputs (else
+// NotSupported): the masks kernel's tiles, one kernel per transform set. The soft-cap tanh pass is
 // held before the dP^T wait (kTanhFirst) only with ALiBi too: alone, ptxas's
 // own schedule measured faster (H100, 8k causal: d128 1.06x vs 1.09x plain,
 // d64 1.09x at 128 query rows), with ALiBi slower (1.16x vs 1.15x at d128).
@@ -139,6 +138,8 @@ cudaError_t run_bwd_sm90_logits_hdim(const BwdParams& params, BwdLaunchFlags fla
       return bwd90::launch_bwd_sm90<LogitsTraitsFor<kDType, kHeadDim, kAlibi>>(params, flags, stream);
     case kCap | kAlibi:
       return bwd90::launch_bwd_sm90<LogitsTraitsFor<kDType, kHeadDim, kCap | kAlibi>>(params, flags, stream);
+    case fwd::kLogitDropout:
+      return bwd90::launch_bwd_sm90<LogitsTraitsFor<kDType, kHeadDim, fwd::kLogitDropout>>(params, flags, stream);
     default:
       return cudaErrorNotSupported;
   }

@@ -39,7 +39,8 @@ using fwd::kLogitSoftcap;
 // kernel; off, ptxas scheduled it after, beside the exponentials).
 template <class MasksTraits, int kLogits_, bool kTanhFirst_ = true>
 struct BwdSm90LogitsTraits : MasksTraits {
-  static_assert(MasksTraits::kMasks && kLogits_ > 0 && kLogits_ <= 3);
+  // Soft-cap / ALiBi sets (1..3), or dropout alone (fwd::kLogitDropout).
+  static_assert(MasksTraits::kMasks && ((kLogits_ > 0 && kLogits_ <= 3) || kLogits_ == fwd::kLogitDropout));
   static_assert(!MasksTraits::kEarlyDv);  // P^T is made after dP^T with soft-cap
   static constexpr int kLogits = kLogits_;
   static constexpr bool kTanhFirst = kTanhFirst_;
@@ -47,13 +48,18 @@ struct BwdSm90LogitsTraits : MasksTraits {
     float qk_mul;    // soft-cap: scale / cap
     float cap_log2;  // soft-cap: cap * log2(e)
     float slope[MasksTraits::kStages];  // ALiBi: each stage's q head's slope (not yet * log2(e))
+    uint32_t seed[2];                   // dropout: the Philox key
+    uint32_t drop_threshold;
+    float keep_scale;                   // dropout: 1 / (1 - rate)
   };
   static constexpr int kSmemBytes = MasksTraits::kSmemBytes + int(sizeof(LogitSmem));
 };
 
-// The logit transform set of a launch (fwd::kLogit* bits; 0: none).
+// The logit transform set of a launch (fwd::kLogit* bits, dropout's
+// included; 0: none).
 __host__ __device__ inline int logits_kind(const FwdParams& p) {
-  return (p.softcap > 0.f ? kLogitSoftcap : 0) | (p.alibi_slopes != nullptr ? kLogitAlibi : 0);
+  return (p.softcap > 0.f ? kLogitSoftcap : 0) | (p.alibi_slopes != nullptr ? kLogitAlibi : 0) |
+         (p.dropout_rate > 0.f && p.dropout_seed != nullptr ? fwd::kLogitDropout : 0);
 }
 
 // ALiBi on one tile: bias(r, c) = -slope |base + rc|, rc = (query - key) of
@@ -133,6 +139,41 @@ __device__ __forceinline__ void softcap_pass2(TS& s, TD& ds, TC0 const& tSc0_rc,
       }
     }
   });
+}
+
+// Dropout keep bits of this thread's S^T values (keys x queries, row-col
+// view: rows r = keys g, g + 8 of the warp's 16; columns c = 2 n + e, query
+// 2 t + e of 8-query MMA tile n), bit r * C + c. A Philox call covers
+// queries {a, a + 8} (a % 16 < 8) x 4 keys (dropout.h); here four lanes hold
+// its elements, those of equal t whose g share g / 4. Per 16-query block
+// those four lanes need the same four calls (query a = 2t or 2t + 1, the
+// keys around g or g + 8): lane j = g % 4 computes call j, and a 4 x 4 word
+// transpose (three shuffles) gives every lane word j of each call. One call
+// per 8 elements, as in the forward. All 32 lanes of the warp call it.
+template <class TC>
+__device__ __forceinline__ uint64_t dropout_bits_t(TC const& tSc_rc, const uint32_t (&seed)[2], uint32_t threshold,
+                                                   int b, int h, int m0, int n0) {
+  constexpr int R = decltype(size<0>(tSc_rc))::value, C = decltype(size<1>(tSc_rc))::value;
+  static_assert(R == 2 && C % 4 == 0 && R * C <= 64);
+  auto word = [](const Philox4& w, int i) { return i == 0 ? w.x : i == 1 ? w.y : i == 2 ? w.z : w.w; };
+  const int j = (threadIdx.x >> 2) & 3;
+  const int key = n0 + get<0>(tSc_rc(0, 0)) + 8 * (j >> 1);  // rows 0 / 1: keys g / g + 8
+  uint64_t bits = 0;
+#pragma unroll
+  for (int c16 = 0; c16 < C / 4; ++c16) {
+    // This lane's call: the query of column 4 c16 + (j & 1) (a, a % 16 < 8).
+    const int query = m0 + get<1>(tSc_rc(0, 4 * c16)) + (j & 1);
+    const Philox4 w = dropout_words(seed, b, h, query, key);
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+      const int k = j ^ m;  // the call whose word j arrives this round (m = 0: own)
+      const uint32_t x = m == 0 ? word(w, j) : __shfl_xor_sync(0xffffffffu, word(w, k), 4 * m);
+      const int lo = (k >> 1) * C + 4 * c16 + (k & 1);  // query a; a + 8 two columns on
+      bits |= uint64_t((x & 0xFFFFu) >= threshold) << lo;
+      bits |= uint64_t((x >> 16) >= threshold) << (lo + 2);
+    }
+  }
+  return bits;
 }
 
 }  // namespace jax_flash::cuda::bwd90
