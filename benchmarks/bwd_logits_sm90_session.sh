@@ -9,7 +9,8 @@
 # GPU variants and backward tests. Logs under $OUT.
 #   bash benchmarks/bwd_logits_sm90_session.sh
 # Env: DEADLINE (seconds for the whole script, default 570), TESTS (default
-# tests/test_cuda_variants.py tests/test_cuda_backward.py), SANITIZE. Needs the
+# tests/test_cuda_variants.py tests/test_cuda_backward.py), SANITIZE, OPTIONS
+# (bench_variants --options, default "softcap alibi"). Needs the
 # nvidia-cutlass wheel on PYTHONPATH.
 set -uo pipefail
 OUT=${OUT:-/tmp/jf_out}
@@ -61,10 +62,10 @@ tail -30 /tmp/build.log >"$OUT/build_tail.log"
 wait $hpid
 log "harness: $(grep -E 'variant cases|harness rc|harness build|sanitize' "$OUT/harness.log" | tr '\n' ' ')"
 grep -c "^FAIL" "$OUT/harness.log" | sed 's/^/harness FAIL lines: /' | tee -a "$OUT/summary.txt"
-grep -E "^VBENCH" "$OUT/harness.log" | grep -E "plain causal|softcap|alibi" | tee -a "$OUT/summary.txt"
+grep -E "^VBENCH" "$OUT/harness.log" | grep -E "plain causal|softcap|alibi|dropout" | tee -a "$OUT/summary.txt"
 
 timeout $(( $(left) - 150 )) python3 -P benchmarks/bench_variants.py --modes fwd fwd_bwd --benches option \
-  --options softcap alibi --out "$OUT/variants_logits.json" >"$OUT/variants.log" 2>&1
+  --options ${OPTIONS:-softcap alibi} --out "$OUT/variants_logits.json" >"$OUT/variants.log" 2>&1
 log "bench rc=$?"
 tee -a "$OUT/summary.txt" <"$OUT/variants.log" >/dev/null
 

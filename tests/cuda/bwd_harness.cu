@@ -590,7 +590,7 @@ static void bench_variants() {
       if (vi == 0) base_ms[det] = t;
       std::printf("VBENCH bwd d=%d s=%d h=%d causal %-6s %-30s %.3f ms  x%.3f vs plain\n", D, S, H,
                   det ? "det" : "atomic", names[vi], t, t / base_ms[det]);
-      if (!det && (vi == 3 || vi == 4 || vi == 10 || vi == 11)) {
+      if (!det && (vi == 3 || vi == 4 || vi == 8 || vi == 10 || vi == 11)) {
         // The SM80 generic variants kernel, which ran these before the Hopper
         // logits kernels (run_bwd dispatches those on cc 9.0 in 90a builds).
         const float t3 = time_ms([&] {

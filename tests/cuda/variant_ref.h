@@ -303,6 +303,11 @@ inline std::vector<VarCase> cases(bool small) {
     VarCase l{"sanitize: softcap+alibi+causal+window+lengths+segments (no dropout) GQA", 2, 200, 260, 4, 2, 128, B16};
     l.causal = true; l.softcap = 20.f; l.alibi = 2; l.left = 90; l.lengths = true; l.segments = true;
     add(l);
+    // Dropout alone at d128 over several tiles (the Hopper backward's
+    // dropout kernel: shuffles across lanes, keep bits under the wgmma).
+    VarCase dd{"sanitize: dropout+causal (no soft-cap / ALiBi) GQA", 2, 200, 260, 4, 2, 128, B16};
+    dd.causal = true; dd.dropout = 0.3f; dd.query_offset = 60;
+    add(dd);
     // Soft-cap alone at d64 (its own kernel: ptxas's tanh schedule, 128
     // query rows a step).
     VarCase k{"sanitize: softcap+causal (no dropout) d64", 1, 300, 300, 2, 1, 64, F16};
@@ -349,6 +354,18 @@ inline std::vector<VarCase> cases(bool small) {
     { VarCase c{"L softcap 30 + alibi + segments + lengths + offsets, MQA", 2, 500, 480, 4, 1, D, dt}; c.softcap = 30.f; c.alibi = 2; c.segments = true; c.lengths = true; c.batch_offsets = true; c.causal = true; add(c); }
     { VarCase c{"L alibi, Sq 1", 2, 1, 300, 2, 1, D, dt}; c.alibi = 1; c.causal = true; c.query_offset = 299; add(c); }
     { VarCase c{"L softcap 30, Sk 17", 2, 130, 17, 2, 2, D, dt}; c.softcap = 30.f; add(c); }
+  }
+  // Dropout alone, with and without the masks, several tiles (the Hopper
+  // backward's dropout kernels at d64 / d128 on H100: keep bits of the S^T
+  // tile by the four-lane transpose).
+  for (int D : {64, 128}) {
+    for (DType dt : {B16, F16}) {
+      { VarCase c{"D dropout 0.2 + causal, GQA", 2, 300, 300, 4, 2, D, dt}; c.dropout = 0.2f; c.causal = true; add(c); }
+    }
+    const DType dt = D == 64 ? F16 : B16;
+    { VarCase c{"D dropout 0.5, not causal, Sq < Sk", 2, 131, 333, 2, 1, D, dt}; c.dropout = 0.5f; add(c); }
+    { VarCase c{"D dropout 0.1 + segments + lengths + offsets + causal, MQA", 2, 500, 480, 4, 1, D, dt}; c.dropout = 0.1f; c.segments = true; c.lengths = true; c.batch_offsets = true; c.causal = true; add(c); }
+    { VarCase c{"D dropout 0.3 + window (50, 20)", 2, 257, 301, 2, 2, D, dt}; c.dropout = 0.3f; c.left = 50; c.right = 20; add(c); }
   }
   { VarCase c{"odd head dim 40, causal+window+softcap", 2, 97, 131, 2, 1, 40, B16}; c.causal = true; c.left = 20; c.softcap = 8.f; add(c); }
   { VarCase c{"odd head dim 33 (scalar path), dropout+lengths", 3, 77, 91, 2, 1, 33, F16}; c.dropout = 0.25f; c.lengths = true; add(c); }
