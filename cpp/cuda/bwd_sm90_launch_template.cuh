@@ -110,12 +110,13 @@ cudaError_t run_bwd_sm90_masks_hdim(const BwdParams& params, BwdLaunchFlags flag
 
 // Soft-cap and / or ALiBi without dropout, or dropout alone, with or
 // without the masks-only variants, atomic mode, vector-aligned inputs (else
-// NotSupported): the masks kernel's tiles, one kernel per transform set. The soft-cap tanh pass is
-// held before the dP^T wait (kTanhFirst) only with ALiBi too: alone, ptxas's
-// own schedule measured faster (H100, 8k causal: d128 1.06x vs 1.09x plain,
-// d64 1.09x at 128 query rows), with ALiBi slower (1.16x vs 1.15x at d128).
-// d64 at 64 query rows (spill-free) measured 1.48x: the step overhead is
-// dearer than the 60 B spill at 128 rows.
+// NotSupported): the masks kernel's tiles, one kernel per transform set.
+// The soft-cap tanh pass is held before the dP^T wait (kTanhFirst) only
+// with ALiBi too: alone, ptxas's own schedule measured faster (H100, 8k
+// causal: d128 1.06x vs 1.09x plain, d64 1.09x at 128 query rows), with
+// ALiBi slower (1.16x vs 1.15x at d128). d64 at 64 query rows (spill-free)
+// measured 1.48x: the step overhead is dearer than the 60 B spill at 128
+// rows.
 template <int kLogits>
 inline constexpr bool kBwdSm90TanhFirst = kLogits == (fwd::kLogitSoftcap | fwd::kLogitAlibi);
 
