@@ -25,7 +25,8 @@
 
 #include "cuda/bwd_kernel.cuh"        // lse_to_log2, kLog2e
 #include "cuda/bwd_sm90_masks.cuh"    // masks_t
-#include "cuda/fwd_sm90_kernel.cuh"   // kLogitSoftcap, kLogitAlibi, LogitsOf
+#include "cuda/fwd_sm90_kernel.cuh"   // kLogitSoftcap, kLogitAlibi, kLogitDropout, LogitsOf
+#include "cuda/variants.cuh"          // variant_dropout, dropout_words, philox_word
 #include "params.h"
 
 namespace jax_flash::cuda::bwd90 {
@@ -59,7 +60,7 @@ struct BwdSm90LogitsTraits : MasksTraits {
 // included; 0: none).
 __host__ __device__ inline int logits_kind(const FwdParams& p) {
   return (p.softcap > 0.f ? kLogitSoftcap : 0) | (p.alibi_slopes != nullptr ? kLogitAlibi : 0) |
-         (p.dropout_rate > 0.f && p.dropout_seed != nullptr ? fwd::kLogitDropout : 0);
+         (variant_dropout(p) ? fwd::kLogitDropout : 0);
 }
 
 // ALiBi on one tile: bias(r, c) = -slope |base + rc|, rc = (query - key) of
@@ -155,7 +156,6 @@ __device__ __forceinline__ uint64_t dropout_bits_t(TC const& tSc_rc, const uint3
                                                    int b, int h, int m0, int n0) {
   constexpr int R = decltype(size<0>(tSc_rc))::value, C = decltype(size<1>(tSc_rc))::value;
   static_assert(R == 2 && C % 4 == 0 && R * C <= 64);
-  auto word = [](const Philox4& w, int i) { return i == 0 ? w.x : i == 1 ? w.y : i == 2 ? w.z : w.w; };
   const int j = (threadIdx.x >> 2) & 3;
   const int key = n0 + get<0>(tSc_rc(0, 0)) + 8 * (j >> 1);  // rows 0 / 1: keys g / g + 8
   uint64_t bits = 0;
@@ -167,7 +167,7 @@ __device__ __forceinline__ uint64_t dropout_bits_t(TC const& tSc_rc, const uint3
 #pragma unroll
     for (int m = 0; m < 4; ++m) {
       const int k = j ^ m;  // the call whose word j arrives this round (m = 0: own)
-      const uint32_t x = m == 0 ? word(w, j) : __shfl_xor_sync(0xffffffffu, word(w, k), 4 * m);
+      const uint32_t x = m == 0 ? philox_word(w, j) : __shfl_xor_sync(0xffffffffu, philox_word(w, k), 4 * m);
       const int lo = (k >> 1) * C + 4 * c16 + (k & 1);  // query a; a + 8 two columns on
       bits |= uint64_t((x & 0xFFFFu) >= threshold) << lo;
       bits |= uint64_t((x >> 16) >= threshold) << (lo + 2);
