@@ -424,6 +424,15 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
         msmem.ring[(step + 2) & 3][1] = f;
       }
     }
+    // (kDropout) The keep bits, under the S^T and dP^T wgmmas.
+    [[maybe_unused]] auto keep_bits = [&]() {
+      if constexpr (kDropout) {
+        const uint32_t seed[2] = {lsmem().seed[0], lsmem().seed[1]};
+        return dropout_bits_t(tSc_rc, seed, lsmem().drop_threshold, b, h, m0, n0);
+      } else {
+        return 0;
+      }
+    }();
     warpgroup_wait<1>();
     warpgroup_fence_operand(acc_s);
 
@@ -500,12 +509,6 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
     FragP rP;
     if constexpr (!kConvertPLate) rP = fwd::convert_regs<Element>(acc_s);
     Tensor tdVrP = make_tensor(rP.data(), fwd::PAsALayout<M>{});
-    // (kDropout) The keep bits, under the dP^T wgmma.
-    [[maybe_unused]] uint64_t keep_bits = 0;
-    if constexpr (kDropout) {
-      const uint32_t seed[2] = {lsmem().seed[0], lsmem().seed[1]};
-      keep_bits = dropout_bits_t(tSc_rc, seed, lsmem().drop_threshold, b, h, m0, n0);
-    }
     if constexpr (Traits::kEarlyDv) {
       fwd::wgmma_issue<false, true>(mma_dkv, tdVrP, tdVrdOt(_, _, _, st), acc_dv);
       warpgroup_wait<1>();  // dP^T (batches retire in order; dV may still run)
@@ -529,7 +532,7 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
         const float dd = dsum_st[get<1>(tSc_rc(0, c))];
 #pragma unroll
         for (int r = 0; r < size<0>(ds); ++r) {
-          const bool keep = (keep_bits >> (r * C + c)) & 1u;
+          const bool keep = keep_bits(r, c);
           ds(r, c) = s(r, c) * ((keep ? ds(r, c) * ks : 0.f) - dd);
           s(r, c) = keep ? s(r, c) * ks : 0.f;
         }

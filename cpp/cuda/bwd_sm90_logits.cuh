@@ -144,36 +144,64 @@ __device__ __forceinline__ void softcap_pass2(TS& s, TD& ds, TC0 const& tSc0_rc,
 
 // Dropout keep bits of this thread's S^T values (keys x queries, row-col
 // view: rows r = keys g, g + 8 of the warp's 16; columns c = 2 n + e, query
-// 2 t + e of 8-query MMA tile n), bit r * C + c. A Philox call covers
-// queries {a, a + 8} (a % 16 < 8) x 4 keys (dropout.h); here four lanes hold
-// its elements, those of equal t whose g share g / 4. Per 16-query block
-// those four lanes need the same four calls (query a = 2t or 2t + 1, the
-// keys around g or g + 8): lane j = g % 4 computes call j, and a 4 x 4 word
-// transpose (three shuffles) gives every lane word j of each call. One call
-// per 8 elements, as in the forward. All 32 lanes of the warp call it.
+// 2 t + e of 8-query MMA tile n), 32 columns a word: bit 8 c16 + 2 k + hf of
+// word c / 16, where c16 = (c / 4) % 4 is the 16-query block, k = 2 r + c % 2
+// and hf = (c / 2) % 2.
+template <int C>
+struct KeepBitsT {
+  static_assert(C % 16 == 0);
+  uint32_t word[C / 16];
+  __device__ __forceinline__ bool operator()(int r, int c) const {
+    return (word[c / 16] >> (8 * ((c / 4) % 4) + 2 * (2 * r + c % 2) + (c / 2) % 2)) & 1u;
+  }
+};
+
+// A Philox call covers queries {a, a + 8} (a % 16 < 8) x 4 keys (dropout.h);
+// here four lanes hold its elements, those of equal t whose g share g / 4.
+// Per 16-query block those four lanes need the same four calls (query a =
+// 2t or 2t + 1, the keys around g or g + 8): lane j = g % 4 computes call k =
+// j (all its blocks' calls first, so that their rounds interleave), packs
+// the 8 keep bits of each (bit 8 c16 + 2 w + hf: word w, half hf) into one
+// word, and three shuffles hand every lane the packs of the other three
+// calls; each lane keeps the bits of word j and moves call k's to 2 k. One
+// call per 8 elements, as in the forward; no branches, no lane-dependent
+// register indices. All 32 lanes of the warp call it.
 template <class TC>
-__device__ __forceinline__ uint64_t dropout_bits_t(TC const& tSc_rc, const uint32_t (&seed)[2], uint32_t threshold,
-                                                   int b, int h, int m0, int n0) {
+__device__ __forceinline__ auto dropout_bits_t(TC const& tSc_rc, const uint32_t (&seed)[2], uint32_t threshold,
+                                               int b, int h, int m0, int n0) {
   constexpr int R = decltype(size<0>(tSc_rc))::value, C = decltype(size<1>(tSc_rc))::value;
-  static_assert(R == 2 && C % 4 == 0 && R * C <= 64);
+  static_assert(R == 2 && C % 16 == 0);
   const int j = (threadIdx.x >> 2) & 3;
   const int key = n0 + get<0>(tSc_rc(0, 0)) + 8 * (j >> 1);  // rows 0 / 1: keys g / g + 8
-  uint64_t bits = 0;
+  KeepBitsT<C> keep;
 #pragma unroll
-  for (int c16 = 0; c16 < C / 4; ++c16) {
-    // This lane's call: the query of column 4 c16 + (j & 1) (a, a % 16 < 8).
-    const int query = m0 + get<1>(tSc_rc(0, 4 * c16)) + (j & 1);
-    const Philox4 w = dropout_words(seed, b, h, query, key);
+  for (int gi = 0; gi < C / 16; ++gi) {
+    Philox4 w[4];
 #pragma unroll
-    for (int m = 0; m < 4; ++m) {
-      const int k = j ^ m;  // the call whose word j arrives this round (m = 0: own)
-      const uint32_t x = m == 0 ? philox_word(w, j) : __shfl_xor_sync(0xffffffffu, philox_word(w, k), 4 * m);
-      const int lo = (k >> 1) * C + 4 * c16 + (k & 1);  // query a; a + 8 two columns on
-      bits |= uint64_t((x & 0xFFFFu) >= threshold) << lo;
-      bits |= uint64_t((x >> 16) >= threshold) << (lo + 2);
+    for (int c16 = 0; c16 < 4; ++c16) {
+      // This lane's call: the query of column 4 c16 + (j & 1) (a, a % 16 < 8).
+      const int query = m0 + get<1>(tSc_rc(0, 16 * gi + 4 * c16)) + (j & 1);
+      w[c16] = dropout_words(seed, b, h, query, key);
     }
+    uint32_t own = 0;
+#pragma unroll
+    for (int c16 = 0; c16 < 4; ++c16) {
+      const uint32_t x[4] = {w[c16].x, w[c16].y, w[c16].z, w[c16].w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        own |= uint32_t((x[i] & 0xFFFFu) >= threshold) << (8 * c16 + 2 * i);
+        own |= uint32_t((x[i] >> 16) >= threshold) << (8 * c16 + 2 * i + 1);
+      }
+    }
+    uint32_t bits = 0;
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {  // the pack of call k = j ^ m
+      const uint32_t pack = m == 0 ? own : __shfl_xor_sync(0xffffffffu, own, 4 * m);
+      bits |= ((pack >> (2 * j)) & 0x03030303u) << (2 * (j ^ m));
+    }
+    keep.word[gi] = bits;
   }
-  return bits;
+  return keep;
 }
 
 }  // namespace jax_flash::cuda::bwd90

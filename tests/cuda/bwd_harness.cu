@@ -621,7 +621,7 @@ static void bench_variants() {
   free_problem(p);
 }
 
-// Soft-cap / ALiBi backward at head dim 64 (8k, 16 heads, causal, bf16,
+// Soft-cap / ALiBi / dropout backward at head dim 64 (8k, 16 heads, causal, bf16,
 // atomic) vs plain causal, with the Hopper alternative tile.
 static void bench_logits_d64() {
   const int S = 8192, D = 64, H = 16, B = 1;
@@ -629,12 +629,17 @@ static void bench_logits_d64() {
   DevProblem p = bench_problem(s, 2);
   vref::VarDev vd;
   const float* d_slopes = vd.put(std::vector<float>(H, 0.01f));
-  const char* names[] = {"plain causal", "softcap 30", "alibi", "softcap 30 + alibi"};
+  const uint32_t* d_seed = vd.put(std::vector<uint32_t>{1u, 2u});
+  const char* names[] = {"plain causal", "softcap 30", "alibi", "softcap 30 + alibi", "dropout 0.1"};
   float base = 0.f;
-  for (int vi = 0; vi < 4; ++vi) {
+  for (int vi = 0; vi < 5; ++vi) {
     BwdParams bp = make_params(p, false);
     if (vi == 1 || vi == 3) bp.softcap = 30.f;
-    if (vi >= 2) bp.alibi_slopes = d_slopes;
+    if (vi == 2 || vi == 3) bp.alibi_slopes = d_slopes;
+    if (vi == 4) {
+      bp.dropout_rate = 0.1f;
+      bp.dropout_seed = d_seed;
+    }
     const float t = time_ms([&] { return jax_flash::cuda::run_bwd(bp, 0); });
     if (vi == 0) base = t;
     std::printf("VBENCH bwd d=%d s=%d h=%d causal atomic %-30s %.3f ms  x%.3f vs plain\n", D, S, H, names[vi], t, t / base);
