@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "cuda/bwd_dispatch.h"
+#include "cuda/dtypes.h"
 #include "cuda/head_dims.h"
 #include "cuda/launch.h"
 #include "cuda/variants.cuh"  // variant_masks_only
@@ -107,7 +108,7 @@ size_t bwd_workspace_bytes(const BwdParams& p) {
 }
 
 cudaError_t run_bwd(const BwdParams& p, cudaStream_t stream) {
-  if (p.dtype != DType::kFloat16 && p.dtype != DType::kBFloat16) return cudaErrorInvalidValue;
+  if (!dtype_compiled(p.dtype)) return cudaErrorInvalidValue;
   if (p.head_dim < 1 || p.head_dim > 256 || kernel_head_dim(p) == 0) return cudaErrorInvalidValue;
   if (p.batch < 0 || p.seqlen_q < 0 || p.seqlen_k < 0 || p.heads_q < 0 || p.heads_kv <= 0 ||
       p.heads_q % p.heads_kv != 0)
@@ -118,8 +119,7 @@ cudaError_t run_bwd(const BwdParams& p, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   if (p.seqlen_k > 0 && (!p.k || !p.v || !p.dk || !p.dv)) return cudaErrorInvalidValue;
   const BwdLaunchFlags f = launch_flags(p);
-  return p.dtype == DType::kFloat16 ? dispatch_bwd<DType::kFloat16>(p, f, stream)
-                                    : dispatch_bwd<DType::kBFloat16>(p, f, stream);
+  return with_dtype(p.dtype, [&](auto t) { return dispatch_bwd<decltype(t)::value>(p, f, stream); });
 }
 
 }  // namespace jax_flash::cuda

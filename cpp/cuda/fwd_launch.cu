@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "cuda/dtypes.h"
 #include "cuda/fwd_dispatch.h"
 #include "cuda/head_dims.h"
 #include "cuda/launch.h"
@@ -44,9 +45,11 @@ cudaError_t dispatch_hdim(const FwdParams& p, bool vec, cudaStream_t stream) {
 }  // namespace
 
 bool supports(DType dtype, int head_dim, bool variants) {
-  return (dtype == DType::kFloat16 || dtype == DType::kBFloat16) && head_dim >= 1 &&
+  return dtype_compiled(dtype) && head_dim >= 1 &&
          (variants ? round_variant_head_dim(head_dim) : round_head_dim(head_dim)) != 0;
 }
+
+bool dtype_built(DType dtype) { return dtype_compiled(dtype); }
 
 std::vector<int> head_dims(bool variants) {
   std::vector<int> out;
@@ -64,8 +67,7 @@ cudaError_t run_fwd(const FwdParams& p, cudaStream_t stream) {
   if (p.heads_q > 65535 || p.batch > 65535) return cudaErrorInvalidValue;     // grid y / z limits
   if (!p.q || !p.o || !p.lse || (p.seqlen_k > 0 && (!p.k || !p.v))) return cudaErrorInvalidValue;
   const bool vec = vector_ok(p);
-  return p.dtype == DType::kFloat16 ? dispatch_hdim<DType::kFloat16>(p, vec, stream)
-                                    : dispatch_hdim<DType::kBFloat16>(p, vec, stream);
+  return with_dtype(p.dtype, [&](auto t) { return dispatch_hdim<decltype(t)::value>(p, vec, stream); });
 }
 
 }  // namespace jax_flash::cuda

@@ -17,6 +17,9 @@ namespace jax_flash::cuda {
 // built for fewer head dims (cuda/head_dims.h).
 bool supports(DType dtype, int head_dim, bool variants);
 
+// Whether this build has kernels for the 16-bit dtype (JAX_FLASH_CUDA_DTYPES).
+bool dtype_built(DType dtype);
+
 // The head dims with compiled plain (or variants) kernels, ascending.
 std::vector<int> head_dims(bool variants);
 

@@ -17,6 +17,10 @@ ffi::Error check_supported(const FwdParams& p) {
     return ffi::Error::InvalidArgument(
         "jax_flash on CUDA takes float16 or bfloat16 inputs; cast float32 q/k/v first "
         "(e.g. q.astype(jnp.bfloat16))");
+  if (!cuda::dtype_built(p.dtype))
+    return ffi::Error::InvalidArgument(std::string("jax_flash: no CUDA ") +
+                                       (p.dtype == DType::kFloat16 ? "float16" : "bfloat16") +
+                                       " kernels in this build (see JAX_FLASH_CUDA_DTYPES)");
   const bool variants = !p.plain_mask();
   if (!cuda::supports(p.dtype, p.head_dim, variants)) {
     std::string dims;
