@@ -219,6 +219,8 @@ CASES = [
     ("causal window", 2, 150, 170, 4, 2, 96),
     ("softcap lengths", 2, 133, 129, 2, 1, 160),
     ("segments causal dropout", 2, 200, 200, 2, 2, 40),
+    # dropout on the d256 forward (its overlapped loop) and backward
+    ("dropout causal gqa d256", 2, 333, 333, 4, 2, 256),
 ]
 
 

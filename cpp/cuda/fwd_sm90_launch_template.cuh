@@ -91,23 +91,15 @@ cudaError_t launch_fwd_sm90(const FwdParams& params, cudaStream_t stream) {
 
 // Soft-cap / ALiBi on the logits kernel built on MasksTraits (soft-cap +
 // ALiBi on MasksTraitsBoth); the transform set picks the instantiation.
-// Dropout alone (with or without the masks) on its own MasksTraits kernel
-// (head dims 64 / 128). cudaErrorNotSupported: dropout at d256 or with
-// soft-cap or ALiBi, none of the three, no 16 B vector copies, or no
-// sm_90a here.
+// Dropout alone (with or without the masks) on its own MasksTraits kernel.
+// cudaErrorNotSupported: dropout with soft-cap or ALiBi, none of the three,
+// no 16 B vector copies, or no sm_90a here.
 template <class MasksTraits, class MasksTraitsBoth = MasksTraits>
 cudaError_t launch_fwd_sm90_logits(const FwdParams& params, cudaStream_t stream) {
   const bool dropout = variant_dropout(params);
   const int logits = (params.softcap > 0.f ? kLogitSoftcap : 0) | (params.alibi_slopes ? kLogitAlibi : 0);
   if ((dropout && logits != 0) || (!dropout && logits == 0) || !sm90_vector_ok(params)) return cudaErrorNotSupported;
-  if (dropout) {
-    // Head dims 64 / 128 only: d256's overlapped loop with dropout has not
-    // run on a GPU yet (the SM80 generic kernel takes it).
-    if constexpr (MasksTraits::kHeadDim <= 128)
-      return launch_fwd_sm90<Sm90LogitsTraits<MasksTraits, kLogitDropout>>(params, stream);
-    else
-      return cudaErrorNotSupported;
-  }
+  if (dropout) return launch_fwd_sm90<Sm90LogitsTraits<MasksTraits, kLogitDropout>>(params, stream);
   if (logits == kLogitSoftcap)
     return launch_fwd_sm90<Sm90LogitsTraits<MasksTraits, kLogitSoftcap>>(params, stream);
   if (logits == kLogitAlibi) return launch_fwd_sm90<Sm90LogitsTraits<MasksTraits, kLogitAlibi>>(params, stream);
