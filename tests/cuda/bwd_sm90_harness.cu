@@ -9,6 +9,7 @@
 // bwd_harness.cu is included with its run_bwd calls renamed to the hook
 // below and its main() renamed away; only the d128 units are linked (no
 // bwd_launch.cu), so the workspace size is computed here for D = 128.
+#include "harness_no_var_kernels.h"
 #define run_bwd run_bwd_hook
 #define main bwd_harness_main
 #include "bwd_harness.cu"

@@ -10,6 +10,7 @@
 //   bwd_sm90_wide_harness one B Sq Sk Hq Hkv causal [fp16|bf16]   one case
 // bwd_harness.cu is included with its run_bwd calls renamed to the hook
 // below and its main() renamed away; only the d256 units are linked.
+#include "harness_no_var_kernels.h"
 #define run_bwd run_bwd_hook
 #define main bwd_harness_main
 #include "bwd_harness.cu"
