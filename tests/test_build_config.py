@@ -53,6 +53,48 @@ def test_auto_targets_without_a_usable_gpu(tmp_path, smi):
     assert _detect(tmp_path, smi) == ["80", "90a"]
 
 
+_UNITS = ["i/fwd_hdim64_bf16.cu", "i/fwd_hdim64_fp16.cu", "i/bwd_sm90_hdim128_bf16.cu",
+          "i/bwd_sm90_hdim128_fp16.cu", "i/fwd_var_hdim256_fp16.cu", "i/bwd_var_hdim32_bf16.cu"]
+
+
+def _units(tmp_path, call: str) -> tuple[subprocess.CompletedProcess, dict[str, list[str]]]:
+    """Runs one cmake/cuda_units.cmake filter over _UNITS; returns the
+    process and the printed lists (U: kept units, M: missing dtypes)."""
+    driver = tmp_path / "units.cmake"
+    driver.write_text(f'include("{ROOT / "cmake" / "cuda_units.cmake"}")\n'
+                      f'set(U {" ".join(_UNITS)})\n{call}\n'
+                      'message("U=${U}")\nmessage("M=${M}")\n')
+    out = subprocess.run([CMAKE, "-P", str(driver)], capture_output=True, text=True)
+    lists = {l[0]: [x for x in l[2:].split(";") if x] for l in out.stderr.splitlines() if l[:2] in ("U=", "M=")}
+    return out, lists
+
+
+@pytest.mark.parametrize(
+    "dtypes,kept,missing",
+    [("bf16", "bf16", ["fp16"]), ("fp16", "fp16", ["bf16"]), ("bf16;fp16", None, []), ("", None, [])],
+)
+def test_dtype_filter_keeps_the_listed_dtypes_units(tmp_path, dtypes, kept, missing):
+    out, lists = _units(tmp_path, f'jf_keep_dtypes(U "{dtypes}" M)')
+    assert out.returncode == 0, out.stderr
+    want = [u for u in _UNITS if kept is None or u.endswith(f"_{kept}.cu")]
+    assert lists["U"] == want and lists.get("M", []) == missing
+
+
+def test_dtype_filter_rejects_an_unknown_dtype(tmp_path):
+    out, _ = _units(tmp_path, 'jf_keep_dtypes(U "bfloat16" M)')
+    assert out.returncode != 0 and "unknown dtype 'bfloat16'" in out.stderr
+
+
+@pytest.mark.parametrize(
+    "pattern,dims,want",
+    [(".", "64;128", [0, 1, 2, 3]), (".", "256", [4]), ("^(fwd|bwd)_var", "32", [0, 1, 2, 3, 5])],
+)
+def test_head_dim_filter_keeps_matching_units_of_the_listed_dims(tmp_path, pattern, dims, want):
+    out, lists = _units(tmp_path, f'jf_keep_head_dims(U "{pattern}" "{dims}")')
+    assert out.returncode == 0, out.stderr
+    assert lists["U"] == [_UNITS[i] for i in want]
+
+
 # The backward's workspace is sized in Python for the head dim of the kernel
 # that will run; the variants kernels exist for fewer head dims
 # (JAX_FLASH_CUDA_VARIANT_HEAD_DIMS), so a padded head dim needs more room.

@@ -1,0 +1,48 @@
+# Which instantiation units (cpp/cuda/instantiations/*.cu) a build compiles.
+# (Included by cpp/cuda/CMakeLists.txt; tests/test_build_config.py runs it
+# with cmake -P.)
+
+# Keep the units of list `var` whose file name matches `pattern` only when
+# their head dim (_hdim<d>_) is in `dims`; other units stay.
+function(jf_keep_head_dims var pattern dims)
+  set(_kept "")
+  foreach(_f IN LISTS ${var})
+    get_filename_component(_name ${_f} NAME)
+    set(_keep TRUE)
+    if(_name MATCHES "${pattern}")
+      set(_keep FALSE)
+      foreach(_d IN LISTS dims)
+        if(_name MATCHES "_hdim${_d}_")
+          set(_keep TRUE)
+        endif()
+      endforeach()
+    endif()
+    if(_keep)
+      list(APPEND _kept ${_f})
+    endif()
+  endforeach()
+  set(${var} ${_kept} PARENT_SCOPE)
+endfunction()
+
+# JAX_FLASH_CUDA_DTYPES: drop the units (_bf16.cu / _fp16.cu) of the 16-bit
+# dtypes not in `dtypes` (empty: keep both); `missing` gets the dropped ones.
+function(jf_keep_dtypes var dtypes missing)
+  set(_missing "")
+  if(dtypes)
+    foreach(_t IN LISTS dtypes)
+      if(NOT _t MATCHES "^(bf16|fp16)$")
+        message(FATAL_ERROR "JAX_FLASH_CUDA_DTYPES: unknown dtype '${_t}' (bf16 or fp16)")
+      endif()
+    endforeach()
+    set(_units ${${var}})
+    foreach(_t IN ITEMS bf16 fp16)
+      list(FIND dtypes ${_t} _i)  # (not IN_LIST: cmake -P runs without its policy)
+      if(_i LESS 0)
+        list(FILTER _units EXCLUDE REGEX "_${_t}\\.cu$")
+        list(APPEND _missing ${_t})
+      endif()
+    endforeach()
+    set(${var} ${_units} PARENT_SCOPE)
+  endif()
+  set(${missing} ${_missing} PARENT_SCOPE)
+endfunction()
