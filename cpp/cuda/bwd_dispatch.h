@@ -51,9 +51,16 @@ template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_sm90_logits_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream);
 
 // Same for head dim 256 (bwd_sm90_wide_kernel.cuh: the warpgroups split the
-// head dim; instantiations/bwd_sm90_hdim256_*.cu).
+// head dim; instantiations/bwd_sm90_hdim256_*.cu), in both modes: in
+// deterministic mode it makes dK and dV alone and run_bwd_dq_hdim dQ.
 template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_sm90_wide_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream);
+
+// The SM80 atomic-free dQ kernel alone (loops over the key tiles of one
+// query tile; D = rowsum(dO * O) already in the workspace's dsum part), from
+// the run_bwd_hdim units.
+template <DType kDType, int kHeadDim>
+cudaError_t run_bwd_dq_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream);
 
 // Workspace: [dsum: B*Hq*Sq floats][dq accumulator: B*Hq*Sq*kHeadDim floats]
 // [order counters: B*Hq*ceil(Sq/64) ints], each part 256 B aligned. The
