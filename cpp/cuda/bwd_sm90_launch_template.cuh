@@ -59,7 +59,7 @@ cudaError_t launch_bwd_sm90(const BwdParams& p, BwdLaunchFlags flags, cudaStream
   } else if constexpr (Traits::kMasks) {
     // Masks-only variants; deterministic mode without segment ids (the
     // kernel's masks_rank; with them the SM80 pair).
-    if (!variant_masks_only(p) || (p.deterministic && p.q_segment_ids)) return cudaErrorNotSupported;
+    if (!variant_masks_only(p) || (p.deterministic && (p.q_segment_ids || p.kv_segment_ids))) return cudaErrorNotSupported;
   }
   if (p.deterministic && (!Traits::kDqBulk || bwd_order_bytes(p, D) == 0)) return cudaErrorNotSupported;
   if (!sm90_bwd_ready<Traits>()) return cudaErrorNotSupported;
