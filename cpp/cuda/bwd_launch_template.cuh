@@ -36,6 +36,11 @@ template <int D, DType kDType>
 using DefaultDq = DqConfig<ElementOf<kDType>, D, BwdTile<D>::kDqW, BwdTile<D>::kDqN>;
 
 // cudaFuncSetAttribute for > 48 KB of dynamic smem, once per device.
+// The launchers that keep such a once-per-device record in a function-local
+// static are `static` themselves (here and in the other launch templates):
+// nvcc gives every translation unit its own copy of a kernel (its host stub
+// is local), so a record shared across units through an inline function
+// would let one unit's launch skip the opt-in another unit's kernel needs.
 template <class Kernel>
 cudaError_t opt_in_smem(Kernel kernel, int bytes, std::atomic<unsigned long long>& done_mask) {
   if (bytes <= 48 * 1024) return cudaSuccess;
@@ -58,7 +63,7 @@ inline int rows_grid(int64_t rows) {
 
 // The atomic-free dQ kernel (deterministic mode), dsum already made.
 template <class DqCfg, int kVariants = kVarNone>
-cudaError_t launch_dq(const BwdParams& p, const float* dsum, BwdLaunchFlags flags, cudaStream_t stream) {
+static cudaError_t launch_dq(const BwdParams& p, const float* dsum, BwdLaunchFlags flags, cudaStream_t stream) {
   const dim3 grid((p.seqlen_q + DqCfg::kBlockM - 1) / DqCfg::kBlockM, p.heads_q, p.batch);
   constexpr int smem = int(DqCfg::kSmemBytes);
   static std::atomic<unsigned long long> mask{0};
@@ -72,7 +77,7 @@ cudaError_t launch_dq(const BwdParams& p, const float* dsum, BwdLaunchFlags flag
 // The whole backward with explicit configurations (the harness may call it
 // with other tiles).
 template <class DkdvCfg, class DqCfg, int kVariants = kVarNone>
-cudaError_t launch_bwd(const BwdParams& p, BwdLaunchFlags flags, cudaStream_t stream) {
+static cudaError_t launch_bwd(const BwdParams& p, BwdLaunchFlags flags, cudaStream_t stream) {
   using Element = typename DkdvCfg::Element;
   constexpr int D = DkdvCfg::kHeadDim;
   static_assert(DqCfg::kHeadDim == D);

@@ -24,7 +24,7 @@ namespace bwd90 {
 
 // This instantiation can run here (cached per device; cuda/sm90_ready.h).
 template <class Traits>
-bool sm90_bwd_ready() {
+static bool sm90_bwd_ready() {
   static std::atomic<unsigned long long> state{0};
   return sm90_kernel_ready(&bwd_sm90_dkdv_kernel<Traits>, Traits::kSmemBytes, state);
 }

@@ -26,7 +26,7 @@ extern template cudaError_t run_bwd_dq_hdim<DType::kFloat16, 256>(const BwdParam
 namespace bwd90 {
 
 template <class Traits>
-cudaError_t launch_bwd_sm90_wide(const BwdParams& p, BwdLaunchFlags flags, cudaStream_t stream) {
+static cudaError_t launch_bwd_sm90_wide(const BwdParams& p, BwdLaunchFlags flags, cudaStream_t stream) {
   using Element = typename Traits::Element;
   constexpr int D = Traits::kHeadDim;
   if (p.deterministic || !flags.vec_ok || p.head_dim != D) return cudaErrorNotSupported;
@@ -50,7 +50,7 @@ cudaError_t launch_bwd_sm90_wide(const BwdParams& p, BwdLaunchFlags flags, cudaS
 // and dV alone (kDkdvOnly: four products a step instead of five), the SM80
 // atomic-free dQ kernel (run_bwd_dq_hdim) dQ, after one preprocess for D.
 template <class Traits, DType kDType>
-cudaError_t launch_bwd_sm90_wide_det(const BwdParams& p, BwdLaunchFlags flags, cudaStream_t stream) {
+static cudaError_t launch_bwd_sm90_wide_det(const BwdParams& p, BwdLaunchFlags flags, cudaStream_t stream) {
   static_assert(Traits::kDkdvOnly);
   using Element = typename Traits::Element;
   constexpr int D = Traits::kHeadDim;
