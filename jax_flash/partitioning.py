@@ -141,8 +141,9 @@ def _bwd_workspace_floats(q, deterministic: bool, variants: bool) -> int:
     """float32 scratch per leading-batch element for the CUDA backward: rowsum
     D = rowsum(dO * O), plus the float32 dQ accumulator (head_dim padded to the
     kernel's) in atomic mode, and in deterministic mode where the Hopper kernel
-    may run (plain attention, padded head dim 64 or 128), which also needs one
-    int32 order counter per 64 query rows. XLA hands custom calls no reliable
+    may run (padded head dim 64 or 128: plain attention and the masks-only
+    variants without segment ids; sized so for every variant there), which
+    also needs one int32 order counter per 64 query rows. XLA hands custom calls no reliable
     scratch allocator, so it travels as an extra, discarded output (the CPU
     kernel ignores it). The CUDA side rounds each region up to 256 B over the
     whole batch (cpp/cuda/bwd_dispatch.h): in atomic mode no slack is needed
@@ -153,7 +154,7 @@ def _bwd_workspace_floats(q, deterministic: bool, variants: bool) -> int:
     d_pad = _kernel_head_dim(d, variants)
     rows = hq * sq * math.prod(q.shape[:-3])
     slack = 0 if rows % 64 == 0 else 128
-    ordered = deterministic and not variants and d_pad in (64, 128)
+    ordered = deterministic and d_pad in (64, 128)
     accum = d_pad if (ordered or not deterministic) else 0
     counters = hq * -(-sq // 64) + 64 if ordered else 0
     return hq * sq * (1 + accum) + counters + slack

@@ -146,7 +146,8 @@ def _cuda_workspace_bytes(batch, hq, sq, d_pad, deterministic):
 @pytest.mark.parametrize("lead", [(), (1,), (3,), (2, 5)])
 @pytest.mark.parametrize("sq,hq,d", [(16384, 16, 128), (1, 1, 64), (17, 3, 40), (129, 4, 256), (64, 1, 96)])
 @pytest.mark.parametrize("deterministic", [False, True])
-def test_workspace_covers_the_cuda_layout_with_no_slack_when_aligned(lead, sq, hq, d, deterministic):
+@pytest.mark.parametrize("variants", [False, True])
+def test_workspace_covers_the_cuda_layout_with_no_slack_when_aligned(lead, sq, hq, d, deterministic, variants):
     import math
 
     import jax
@@ -156,8 +157,8 @@ def test_workspace_covers_the_cuda_layout_with_no_slack_when_aligned(lead, sq, h
 
     q = jax.ShapeDtypeStruct(lead + (sq, hq, d), jnp.bfloat16)
     batch = math.prod(lead)
-    d_pad = partitioning._kernel_head_dim(d, False)
-    have = 4 * batch * partitioning._bwd_workspace_floats(q, deterministic, False)
+    d_pad = partitioning._kernel_head_dim(d, variants)
+    have = 4 * batch * partitioning._bwd_workspace_floats(q, deterministic, variants)
     need = _cuda_workspace_bytes(batch, hq, sq, d_pad, deterministic)
     assert have >= need
     if (batch * hq * sq) % 64 == 0 and not deterministic:  # the FA2 grid's shapes: exactly what runs, as cuDNN

@@ -291,11 +291,24 @@ def test_cuda_variant_forward_and_grads_match_reference_and_cpu(case, dtype):
             assert np.all(o[bb, ql[bb]:] == 0), "padded query rows must give o = 0"
 
 
+# Every option (the SM80 kernels), and the band masks without segment ids
+# over many tiles, which the Hopper kernel runs in deterministic mode too
+# (its dQ reduces ranked per query tile by the key tiles that visit it).
+DET_CASES = [
+    ("causal window segments lengths softcap alibi dropout", 2, 190, 210, 4, 2, 64),
+    ("causal window lengths batchoff", 2, 1100, 900, 4, 2, 128),
+    ("window offset", 1, 700, 1300, 2, 1, 64),
+    ("lengths gqa", 3, 517, 517, 8, 2, 128),
+]
+
+
+@pytest.mark.parametrize("case", DET_CASES, ids=[c[0].replace(" ", "+") for c in DET_CASES])
 @pytest.mark.parametrize("deterministic", [False, True])
-def test_cuda_variant_grads_deterministic_mode_matches_atomic(deterministic):
-    b, sq, sk, hq, hkv, d = 2, 190, 210, 4, 2, 64
+def test_cuda_variant_grads_deterministic_mode_matches_atomic(deterministic, case):
+    name, b, sq, sk, hq, hkv, d = case
+    skip_unless_cuda_head_dim(d, variants=True)
     q, k, v, do = _on(_GPUS[0], _inputs(9, b, sq, sk, hq, hkv, d, jnp.bfloat16))
-    opts = _on(_GPUS[0], _make_case("causal window segments lengths softcap alibi dropout", b, sq, sk, hq, hkv, d))
+    opts = _on(_GPUS[0], _make_case(name, b, sq, sk, hq, hkv, d))
     kw = _ref_kwargs(opts, b, sq, sk, hq)
 
     def grads(det):

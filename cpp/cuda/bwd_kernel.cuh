@@ -497,7 +497,10 @@ bwd_dq_kernel(const __grid_constant__ BwdParams p, const float* __restrict__ dsu
   Element* sV_ptr = sK_ptr + 2 * TK::kElems;  // 2 stages
 
   const int tid = threadIdx.x;
-  const int mb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  // Last query tile first: under a causal mask (or a query offset) the later
+  // tiles visit the most key tiles, so launching them first leaves the light
+  // ones for the tail.
+  const int mb = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int Sq = p.seqlen_q, Sk = p.seqlen_k, hd = p.head_dim;
   const int hkv = h / (p.heads_q / p.heads_kv);
   const int m0 = mb * M;

@@ -44,9 +44,10 @@ BwdLaunchFlags launch_flags(const BwdParams& p) {
 // At the largest head dims the atomic-free pair (dK/dV kernel + dQ kernel)
 // is faster than dQ atomics (the fused kernel runs out of registers): atomic
 // mode runs it too (its workspace need is a subset of atomic mode's), except
-// where the Hopper wide-head kernel takes atomic mode at 256 (plain
-// attention, head_dim 256 exactly, aligned inputs, cc 9.0, sm_90a build):
-// 1.25-1.44x the pair (benchmarks/NOTES.md "Hopper backward d256").
+// where the Hopper wide-head kernel takes over at 256 (plain attention,
+// head_dim 256 exactly, aligned inputs, cc 9.0, sm_90a build): atomic mode
+// 1.25-1.44x the pair (benchmarks/NOTES.md "Hopper backward d256");
+// deterministic mode its dK/dV without dQ plus the pair's dQ kernel.
 template <int D>
 BwdParams for_kernel(const BwdParams& p) {
   BwdParams q = p;
@@ -61,10 +62,8 @@ cudaError_t dispatch_bwd(const BwdParams& p, BwdLaunchFlags f, cudaStream_t s) {
       constexpr int D = decltype(d)::value;
 #if defined(JAX_FLASH_BWD_SM90)
       if constexpr (D == 256) {
-        if (!p.deterministic) {
-          const cudaError_t err = run_bwd_sm90_wide_hdim<kDType, D>(p, f, s);
-          if (err != cudaErrorNotSupported) return err;
-        }
+        const cudaError_t err = run_bwd_sm90_wide_hdim<kDType, D>(p, f, s);
+        if (err != cudaErrorNotSupported) return err;
       }
 #endif
       return run_bwd_hdim<kDType, D>(for_kernel<D>(p), f, s);

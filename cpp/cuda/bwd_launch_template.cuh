@@ -36,6 +36,11 @@ template <int D, DType kDType>
 using DefaultDq = DqConfig<ElementOf<kDType>, D, BwdTile<D>::kDqW, BwdTile<D>::kDqN>;
 
 // cudaFuncSetAttribute for > 48 KB of dynamic smem, once per device.
+// The launchers that keep such a once-per-device record in a function-local
+// static are `static` themselves (here and in the other launch templates):
+// nvcc gives every translation unit its own copy of a kernel (its host stub
+// is local), so a record shared across units through an inline function
+// would let one unit's launch skip the opt-in another unit's kernel needs.
 template <class Kernel>
 cudaError_t opt_in_smem(Kernel kernel, int bytes, std::atomic<unsigned long long>& done_mask) {
   if (bytes <= 48 * 1024) return cudaSuccess;
@@ -56,10 +61,23 @@ inline int rows_grid(int64_t rows) {
   return int(blocks < 65536 * 16 ? blocks : 65536 * 16);
 }
 
+// The atomic-free dQ kernel (deterministic mode), dsum already made.
+template <class DqCfg, int kVariants = kVarNone>
+static cudaError_t launch_dq(const BwdParams& p, const float* dsum, BwdLaunchFlags flags, cudaStream_t stream) {
+  const dim3 grid((p.seqlen_q + DqCfg::kBlockM - 1) / DqCfg::kBlockM, p.heads_q, p.batch);
+  constexpr int smem = int(DqCfg::kSmemBytes);
+  static std::atomic<unsigned long long> mask{0};
+  auto kernel = &bwd_dq_kernel<DqCfg, kVariants>;
+  cudaError_t err = opt_in_smem(kernel, smem, mask);
+  if (err != cudaSuccess) return err;
+  kernel<<<grid, DqCfg::kThreads, smem, stream>>>(p, dsum, flags.vec_ok, flags.pair_ok);
+  return cudaGetLastError();
+}
+
 // The whole backward with explicit configurations (the harness may call it
 // with other tiles).
 template <class DkdvCfg, class DqCfg, int kVariants = kVarNone>
-cudaError_t launch_bwd(const BwdParams& p, BwdLaunchFlags flags, cudaStream_t stream) {
+static cudaError_t launch_bwd(const BwdParams& p, BwdLaunchFlags flags, cudaStream_t stream) {
   using Element = typename DkdvCfg::Element;
   constexpr int D = DkdvCfg::kHeadDim;
   static_assert(DqCfg::kHeadDim == D);
@@ -94,13 +112,8 @@ cudaError_t launch_bwd(const BwdParams& p, BwdLaunchFlags flags, cudaStream_t st
   }
   if (rows > 0) {
     if (p.deterministic) {
-      const dim3 grid((p.seqlen_q + DqCfg::kBlockM - 1) / DqCfg::kBlockM, p.heads_q, p.batch);
-      constexpr int smem = int(DqCfg::kSmemBytes);
-      static std::atomic<unsigned long long> mask{0};
-      auto kernel = &bwd_dq_kernel<DqCfg, kVariants>;
-      cudaError_t err = opt_in_smem(kernel, smem, mask);
+      const cudaError_t err = launch_dq<DqCfg, kVariants>(p, dsum, flags, stream);
       if (err != cudaSuccess) return err;
-      kernel<<<grid, DqCfg::kThreads, smem, stream>>>(p, dsum, flags.vec_ok, flags.pair_ok);
     } else {
       bwd_dq_convert_kernel<Element><<<rows_grid(rows), 256, 0, stream>>>(p, accum, D);
     }
@@ -126,6 +139,13 @@ cudaError_t run_bwd_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStre
 #endif
   return bwd::launch_bwd<bwd::DefaultDkdv<kHeadDim, kDType>, bwd::DefaultDq<kHeadDim, kDType>>(
       params, flags, stream);
+}
+
+template <DType kDType, int kHeadDim>
+cudaError_t run_bwd_dq_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream) {
+  if (int64_t(params.batch) * params.heads_q * params.seqlen_q == 0) return cudaSuccess;
+  return bwd::launch_dq<bwd::DefaultDq<kHeadDim, kDType>>(params, static_cast<const float*>(params.workspace), flags,
+                                                          stream);
 }
 
 namespace bwd {
@@ -168,4 +188,6 @@ cudaError_t run_bwd_varm_hdim(const BwdParams& params, BwdLaunchFlags flags, cud
 
 #define JAX_FLASH_INSTANTIATE_BWD(DTYPE, HDIM)                                               \
   template cudaError_t jax_flash::cuda::run_bwd_hdim<jax_flash::DType::DTYPE, HDIM>(          \
+      const jax_flash::BwdParams&, jax_flash::cuda::BwdLaunchFlags, cudaStream_t);          \
+  template cudaError_t jax_flash::cuda::run_bwd_dq_hdim<jax_flash::DType::DTYPE, HDIM>(       \
       const jax_flash::BwdParams&, jax_flash::cuda::BwdLaunchFlags, cudaStream_t);

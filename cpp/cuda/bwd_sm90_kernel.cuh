@@ -271,8 +271,33 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
       if (tid == Traits::kNThreads - 1) bwd::cp_async4(&lsmem().slope[st], p.alibi_slopes + int64_t(b) * p.alibi_batch_stride + h, true);
     }
   };
+  // (kMasks, deterministic: no segment ids, the launcher's rule) How many
+  // CTAs of higher key tile reduce into query tile mt before this one: those
+  // that visit it. For the band masks (causal, window, offsets, lengths) the
+  // key tiles at or above nb that visit mt are a run [nb, last] (query_tiles'
+  // bounds only grow with the key tile, until the tiles past kv_len, which
+  // visit nothing), so a binary search finds `last`.
+  [[maybe_unused]] auto masks_rank = [&](int mt) {
+    int lo = nb;
+    if constexpr (kMasks) {
+      const Variant v = msmem.variant(p, b);
+      int hi = n_blocks - 1;  // nb visits mt
+      while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        int a = 0, z = 0;
+        v.template query_tiles<M>(mid * N, mid * N + N - 1, a, z);
+        if (a <= mt && mt < z)
+          lo = mid;
+        else
+          hi = mid - 1;
+      }
+    }
+    return lo - nb;
+  };
   // (kMasks) The iteration after `i`, past query tiles whose ids cannot meet
-  // the key tile's; fl gets its tile's mask flags (tile_flags).
+  // the key tile's; fl gets its tile's mask flags (tile_flags), and on
+  // thread 0 in deterministic mode (masks-only kernels) the rank of its dQ
+  // reduce above kTileRankShift.
   [[maybe_unused]] auto next_it = [&](int i, int& fl) {
     ++i;
     if constexpr (kMasks) {
@@ -288,6 +313,9 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
         }
       }
       if (i < total) fl = tile_flags(v, m_tile(i) * M, M, n0, N, qr, kr);
+      if constexpr (kLogits == 0) {
+        if (dq_order && tid == 0 && i < total) fl |= masks_rank(m_tile(i)) << kTileRankShift;
+      }
     }
     return i;
   };
@@ -371,14 +399,22 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
     // tile first: causal, the highest that sees tile mt is the last whose
     // first query tile (floor(n0 / M)) is <= mt.
     int rank;
-    if (dq_rotate) {
+    if constexpr (kMasks && kLogits == 0) {
+      rank = msmem.ring[(step - 1) & 3][1] >> kTileRankShift;  // the previous step's (masks_rank)
+    } else if (dq_rotate) {
       const int k = min(n_blocks - 1, mt / dq_rotate);
       rank = nb <= k ? k - nb : k + n_blocks - nb;
     } else {
       rank = (p.causal ? min(n_blocks - 1, ((mt + 1) * M - 1) / N) : n_blocks - 1) - nb;
     }
     const int* c = order_counter(dq_h, dq_m0);
+    [[maybe_unused]] unsigned spins = 0;
     while (load_acquire(c) < rank) {
+      // (masks-only kernels: a newer rank rule) a miscounted rank would wait forever:
+      // seconds of spinning turn into a launch error instead.
+      if constexpr (kMasks && kLogits == 0) {
+        if (++spins == (1u << 26)) __trap();
+      }
     }
     fence_async_global();  // the counter read before our reduce
   };

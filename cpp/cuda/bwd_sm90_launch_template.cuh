@@ -1,9 +1,10 @@
 // Host side of the Hopper (wgmma) backward: availability check, smem
 // opt-in, launch sequence (the SM80 path's preprocess and dQ convert kernels
 // around the sm90 dK/dV kernel). Head dim == the instantiated one, 16
-// B-aligned inputs; plain attention in atomic or deterministic (ordered dQ
-// reduces) mode, or masks-only variants, soft-cap or ALiBi (with or without
-// masks) in atomic mode; anything else
+// B-aligned inputs; plain attention and the masks-only variants without
+// segment ids in atomic or deterministic (ordered dQ reduces) mode, the
+// masks-only variants with segment ids, soft-cap, ALiBi or dropout (with or
+// without masks) in atomic mode; anything else
 // answers cudaErrorNotSupported so the caller can fall back to the SM80
 // kernels.
 // Included only by instantiations/bwd_sm90_*.cu.
@@ -23,7 +24,7 @@ namespace bwd90 {
 
 // This instantiation can run here (cached per device; cuda/sm90_ready.h).
 template <class Traits>
-bool sm90_bwd_ready() {
+static bool sm90_bwd_ready() {
   static std::atomic<unsigned long long> state{0};
   return sm90_kernel_ready(&bwd_sm90_dkdv_kernel<Traits>, Traits::kSmemBytes, state);
 }
@@ -56,8 +57,9 @@ cudaError_t launch_bwd_sm90(const BwdParams& p, BwdLaunchFlags flags, cudaStream
     // kernel's set), with or without masks, atomic mode.
     if (p.deterministic || logits_kind(p) != fwd::LogitsOf<Traits>::value) return cudaErrorNotSupported;
   } else if constexpr (Traits::kMasks) {
-    // Masks-only variants, atomic mode (deterministic: the SM80 pair).
-    if (p.deterministic || !variant_masks_only(p)) return cudaErrorNotSupported;
+    // Masks-only variants; deterministic mode without segment ids (the
+    // kernel's masks_rank; with them the SM80 pair).
+    if (!variant_masks_only(p) || (p.deterministic && (p.q_segment_ids || p.kv_segment_ids))) return cudaErrorNotSupported;
   }
   if (p.deterministic && (!Traits::kDqBulk || bwd_order_bytes(p, D) == 0)) return cudaErrorNotSupported;
   if (!sm90_bwd_ready<Traits>()) return cudaErrorNotSupported;
@@ -72,7 +74,8 @@ cudaError_t launch_bwd_sm90(const BwdParams& p, BwdLaunchFlags flags, cudaStream
     order = reinterpret_cast<int*>(ws + bwd_dsum_bytes(p) + bwd_accum_bytes(p, D));
     const cudaError_t err = cudaMemsetAsync(order, 0, bwd_order_bytes(p, D), stream);
     if (err != cudaSuccess) return err;
-    rotate = order_rotation(p, Traits::kBlockM, Traits::kBlockN);
+    // (masks: the rank rule assumes the highest-first order)
+    rotate = Traits::kMasks ? 0 : order_rotation(p, Traits::kBlockM, Traits::kBlockN);
   }
   if (rows > 0) bwd::bwd_preprocess_kernel<Element><<<bwd::rows_grid(rows), 256, 0, stream>>>(p, dsum, accum, D);
   if (p.seqlen_k > 0) {

@@ -38,8 +38,9 @@ struct BwdSm90MaskSmem {
   __device__ __forceinline__ Variant::SegRange k_rng() const { return Variant::SegRange{k_mn, k_mx}; }
 };
 
-// Per-tile mask flags (bits): element masks needed; segment ids compared.
-enum : int { kTileMask = 1, kTileSeg = 2 };
+// Per-tile mask flags (bits): element masks needed; segment ids compared;
+// above kTileRankShift, deterministic mode's rank of the tile's dQ reduce.
+enum : int { kTileMask = 1, kTileSeg = 2, kTileRankShift = 2 };
 __device__ __forceinline__ int tile_flags(const Variant& v, int m0, int M, int n0, int N,
                                           const Variant::SegRange& qr, const Variant::SegRange& kr) {
   return (v.tile_needs_mask(m0, M, n0, N, qr, kr) ? kTileMask : 0) | (v.tile_seg_check(qr, kr) ? kTileSeg : 0);

@@ -77,9 +77,12 @@ __device__ __forceinline__ void red_add_f32x4(float* gmem, float a, float b, flo
 // kRedV4: 16 B dQ atomics (lane pairs swap half their values so that each
 // thread holds 4 adjacent columns of one row) instead of 8 B ones.
 // kDiagNoDq: timing experiments only (wrong dQ): no dQ atomics.
+// kDkdvOnly: dK and dV alone, no dQ product or accumulator (deterministic
+// mode, where the SM80 atomic-free dQ kernel makes dQ).
 template <int kHeadDim_, typename Element_, bool kDqSplit_ = true, int kLoads_ = 2, bool kStagger_ = true,
-          bool kDiagNoDq_ = false, bool kRedV4_ = false>
+          bool kDiagNoDq_ = false, bool kRedV4_ = false, bool kDkdvOnly_ = false>
 struct BwdSm90WideTraits {
+  static constexpr bool kDkdvOnly = kDkdvOnly_;
   static constexpr bool kRedV4 = kRedV4_;
   static constexpr bool kStagger = kStagger_;
   static constexpr bool kDiagNoDq = kDiagNoDq_;
@@ -330,7 +333,7 @@ bwd_sm90_wide_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __re
       constexpr int kCols = decltype(size(acc_dq))::value / 4 * 8;  // per warpgroup
       const int r0 = get<0>(coords(0)), c0 = get<1>(coords(0)) + col_off;
       float* base = dq_accum + ((int64_t(b) * p.heads_q + h) * Sq + m0 + r0) * D + c0;
-      const bool odd = (tid & 1) != 0;  // the lane's column pair is 8 j + 2 (lane % 4)
+      [[maybe_unused]] const bool odd = (tid & 1) != 0;  // the lane's column pair is 8 j + 2 (lane % 4)
       // kRedV4: even lanes add 4 columns of row r0 from their own column,
       // odd lanes 4 columns of row r0 + 8 from their partner's.
       if constexpr (Traits::kRedV4) base += odd ? 8 * D - 2 : 0;
@@ -369,7 +372,12 @@ bwd_sm90_wide_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __re
         if (row_hi) red_add_f32x2(base + 8 * D + 8 * j, acc_dq(4 * j + 2), acc_dq(4 * j + 3));
       }
     };
-    if constexpr (Traits::kDqSplit) {
+    if constexpr (Traits::kDkdvOnly) {
+      fwd::wgmma_issue<false, false>(mma_dkv, tdKrdSt, tdKrQt(_, _, _, st), acc_dk);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(acc_dv);
+      warpgroup_fence_operand(acc_dk);
+    } else if constexpr (Traits::kDqSplit) {
       Tensor acc_dq0 = partition_fragment_C(mma_dqh, Shape<Int<M>, Int<D / 2>>{});
       Tensor acc_dq1 = partition_fragment_C(mma_dqh, Shape<Int<M>, Int<D / 2>>{});
       fwd::wgmma_issue<true, false>(mma_dqh, tdQhrdS, tdQhrKt0, acc_dq0);

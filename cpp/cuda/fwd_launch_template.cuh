@@ -34,7 +34,7 @@ namespace fwd {
 // Launch the forward with an explicit configuration (also used by the
 // standalone harness to compare tile shapes).
 template <class Traits, bool kVec, int kVariants = kVarNone>
-cudaError_t launch_fwd(const FwdParams& params, cudaStream_t stream, bool vec = kVec) {
+static cudaError_t launch_fwd(const FwdParams& params, cudaStream_t stream, bool vec = kVec) {
   auto kernel = &fwd_kernel<Traits, kVec, kVariants>;
   constexpr int kSmem = Traits::kSmemBytes;
 

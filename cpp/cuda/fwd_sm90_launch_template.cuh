@@ -70,7 +70,7 @@ inline bool sm90_vector_ok(const FwdParams& p) {
 
 // This instantiation can run here (cached per device; cuda/sm90_ready.h).
 template <class Traits>
-bool sm90_ready() {
+static bool sm90_ready() {
   static std::atomic<unsigned long long> state{0};
   return sm90_kernel_ready(&fwd_sm90_kernel<Traits>, Traits::kSmemBytes, state, Traits::kCtasPerSm > 1);
 }

@@ -3,7 +3,8 @@
 //   bwd_sm90_wide_harness test    d256 correctness cases vs the float64
 //                                 reference (bwd_harness.cu's check_shape:
 //                                 atomic mode runs the sm90 kernel, the
-//                                 deterministic modes the SM80 split kernels)
+//                                 deterministic modes its dK/dV-only form
+//                                 and the SM80 dQ kernel)
 //   bwd_sm90_wide_harness bench   bf16 d256, 16k tokens, hidden 2048: SM80
 //                                 atomic backward vs sm90, the sm90 forward,
 //                                 and fwd+bwd TFLOP/s for both backwards
@@ -57,8 +58,10 @@ cudaError_t run_bwd_hook(const BwdParams& p, cudaStream_t s) {
                     p.dk_head_stride, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride})
     f.pair_ok = f.pair_ok && x % 2 == 0;
   const bool fp16 = p.dtype == DType::kFloat16;
-  if (g_sm90 && !p.deterministic) {
-    cudaError_t e = g_alt == 1 ? bwd_sm90_d256_nosplit(p, f, s)
+  if (g_sm90) {
+    cudaError_t e = p.deterministic ? (fp16 ? run_bwd_sm90_wide_hdim<DType::kFloat16, kD>(p, f, s)
+                                            : run_bwd_sm90_wide_hdim<DType::kBFloat16, kD>(p, f, s))
+                    : g_alt == 1 ? bwd_sm90_d256_nosplit(p, f, s)
                     : g_alt == 2 ? bwd_sm90_d256_nostagger(p, f, s)
                     : g_alt == 3 ? bwd_sm90_d256_loads0(p, f, s)
                     : g_alt == 4 ? bwd_sm90_d256_nodq(p, f, s)
@@ -108,7 +111,7 @@ static int test_d256() {
     fails += check_shape(s, 99 + cases, true);
     ++cases;
   }
-  std::printf("d256: %d shapes, %d failures; sm90 launches %ld, fallbacks to SM80 in atomic mode %ld\n", cases,
+  std::printf("d256: %d shapes, %d failures; sm90 launches %ld, fallbacks to SM80 %ld\n", cases,
               fails, jax_flash::cuda::g_sm90_runs, jax_flash::cuda::g_fallbacks);
   return fails == 0 ? 0 : 1;
 }
@@ -123,10 +126,12 @@ static int bench_d256(const std::vector<int>& seqs) {
               "change): nosplit (one dQ batch after dK), nostag (every CTA from step 0), lds0 (loads\n"
               "by all threads at the step top), nodq (no dQ atomics: timing only, dQ wrong), v4\n"
               "(16 B dQ atomics);\n"
-              "fb = fwd+bwd TF with the pair / sm90\n");
-  std::printf("%6s %5s %4s %8s %8s %8s %8s %8s %7s %7s %7s %7s %7s %7s %8s %8s %8s %8s\n", "seqlen", "batch", "caus",
-              "sm80_TF", "pair_ms", "pair_TF", "sm90_ms", "sm90_TF", "x_pair", "nspl_TF", "nostag", "lds0_TF", "nodq_TF", "v4_TF",
-              "fwd_ms", "fwd_TF", "fb_pair", "fb_sm90");
+              "det = deterministic mode (sm90 dK/dV without dQ + the pair's dQ kernel), det/at its\n"
+              "time over sm90's; fb = fwd+bwd TF with the pair / sm90 / det\n");
+  std::printf("%6s %5s %4s %8s %8s %8s %8s %8s %7s %7s %7s %7s %7s %7s %8s %8s %8s %8s %8s %8s %7s %8s\n", "seqlen",
+              "batch", "caus", "sm80_TF", "pair_ms", "pair_TF", "sm90_ms", "sm90_TF", "x_pair", "nspl_TF", "nostag",
+              "lds0_TF", "nodq_TF", "v4_TF", "fwd_ms", "fwd_TF", "fb_pair", "fb_sm90", "det_ms", "det_TF", "det/at",
+              "fb_det");
   for (int S : seqs)
     for (int causal = 0; causal < 2; ++causal) {
       const int H = 2048 / D, B = 16384 / S;
@@ -155,7 +160,10 @@ static int bench_d256(const std::vector<int>& seqs) {
       // The production SM80 d256 backward: atomic mode runs the atomic-free
       // pair there (bwd_launch.cu, kSplitFromHeadDim).
       BwdParams bpd = make_params(p, true);
+      jax_flash::cuda::g_sm90 = false;
       const double tpair = time_ms([&]() { return jax_flash::cuda::run_bwd_hook(bpd, 0); }, 10);
+      jax_flash::cuda::g_sm90 = true;
+      const double tdet = time_ms([&]() { return jax_flash::cuda::run_bwd_hook(bpd, 0); }, 10);
       // Forward on the same buffers (writes o and lse; the backward above
       // has already run on them).
       jax_flash::FwdParams fp;
@@ -172,12 +180,14 @@ static int bench_d256(const std::vector<int>& seqs) {
       const double tf = time_ms(fwd, 10);
       const double fflops = 4.0 * double(S) * S * D * H * B / (causal ? 2.0 : 1.0);
       const double bflops = 2.5 * fflops;
-      std::printf("%6d %5d %4d %8.1f %8.3f %8.1f %8.3f %8.1f %7.3f %7.1f %7.1f %7.1f %7.1f %7.1f %8.3f %8.1f %8.1f %8.1f%s\n", S,
+      std::printf("%6d %5d %4d %8.1f %8.3f %8.1f %8.3f %8.1f %7.3f %7.1f %7.1f %7.1f %7.1f %7.1f %8.3f %8.1f %8.1f %8.1f "
+                  "%8.3f %8.1f %7.3f %8.1f%s\n", S,
                   B, causal, bflops / t80 / 1e9, tpair, bflops / tpair / 1e9, t90, bflops / t90 / 1e9, tpair / t90,
                   bflops / talt[1] / 1e9, bflops / talt[2] / 1e9, bflops / talt[3] / 1e9, bflops / talt[4] / 1e9,
                   bflops / talt[5] / 1e9, tf,
                   fflops / tf / 1e9,
-                  (fflops + bflops) / (tf + tpair) / 1e9, (fflops + bflops) / (tf + t90) / 1e9,
+                  (fflops + bflops) / (tf + tpair) / 1e9, (fflops + bflops) / (tf + t90) / 1e9, tdet,
+                  bflops / tdet / 1e9, tdet / t90, (fflops + bflops) / (tf + tdet) / 1e9,
                   jax_flash::cuda::g_fallbacks != before ? "  (FELL BACK)" : "");
       std::fflush(stdout);
       free_problem(p);
