@@ -110,10 +110,12 @@ def test_backward_grads_match_reference(shape, causal, dtype):
 
 # The Hopper kernel (head dims exactly 64 and 128) orders its dQ reduces across
 # key tiles: many key tiles, GQA, Sq != Sk (causal: key tiles past the last
-# query see nothing) exercise that order. At 256 the wide Hopper kernel makes
-# dK / dV alone and the SM80 dQ kernel dQ.
+# query see nothing) exercise that order; causal orders lowest key tile first
+# with the (kv head, batch) pairs interleaved, and 2 x 8 pairs x 17 key tiles
+# at 2049 are more CTAs than an H100 holds at once. At 256 the wide Hopper
+# kernel makes dK / dV alone and the SM80 dQ kernel dQ.
 @pytest.mark.parametrize("shape", [(2, 515, 515, 8, 2, 128), (1, 1031, 2053, 4, 4, 64), (1, 2053, 777, 6, 3, 64),
-                                   (2, 333, 517, 8, 2, 256)],
+                                   (2, 2049, 2049, 8, 8, 128), (2, 333, 517, 8, 2, 256)],
                          ids=lambda s: "b{}_sq{}_sk{}_h{}-{}_d{}".format(*s))
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_deterministic_backward_is_bitwise_reproducible_and_close_to_atomic(shape, causal):

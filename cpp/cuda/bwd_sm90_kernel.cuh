@@ -38,8 +38,14 @@
 // One counter per (batch, q head, query tile) counts the reduces done; a CTA
 // waits for its turn before issuing, and counts its own once the reduce has
 // completed. CTAs launch highest key tile first, so whoever a CTA waits for
-// is already resident (no deadlock however many tiles), and under causal
-// masking the tile whose first query tile it is goes first (no idle wait).
+// is already resident (no deadlock however many tiles).
+// Causal plain attention orders the other way, lowest key tile first: those
+// are the heaviest (they see every query tile below them), and launched
+// last, as highest-first needs, they left a tail of long CTAs. So CTAs launch
+// lowest key tile first with the (kv head, batch) pairs interleaved (the key
+// tiles of one pair launch `pairs` CTAs apart, so the one below is usually
+// ahead already), and each walks its query tiles bottom-up, the same order
+// as the key tile below it.
 #pragma once
 
 #include <cmath>
@@ -183,8 +189,15 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
   const int tid = threadIdx.x;
   const int Sq = p.seqlen_q, Sk = p.seqlen_k;
   const int n_blocks = (Sk + N - 1) / N;
-  const int nb = dq_order ? n_blocks - 1 - int(blockIdx.x) : int(blockIdx.x);
-  const int hkv = blockIdx.y, b = blockIdx.z;
+  // (deterministic, causal, plain) lowest key tile first, the (kv head,
+  // batch) pairs interleaved: launch index = pair + pairs * key tile.
+  const bool dq_low_first = dq_order != nullptr && p.causal && !kMasks;
+  const int pairs = int(gridDim.y) * int(gridDim.z);
+  const int64_t lin = int64_t(blockIdx.x) + int64_t(gridDim.x) * (blockIdx.y + int64_t(gridDim.y) * blockIdx.z);
+  const int pair = int(lin % pairs);
+  const int nb = dq_low_first ? int(lin / pairs) : dq_order ? n_blocks - 1 - int(blockIdx.x) : int(blockIdx.x);
+  const int hkv = dq_low_first ? pair % int(gridDim.y) : int(blockIdx.y);
+  const int b = dq_low_first ? pair / int(gridDim.y) : int(blockIdx.z);
   const int group = p.heads_q / p.heads_kv;
   const int n0 = nb * N;
   // Causal (top-left aligned: key j visible to query i iff j <= i): query
@@ -251,9 +264,10 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
   // (deterministic, not causal) CTA nb starts at tile nb * dq_rotate and
   // wraps around, so the CTAs of a key-tile row work on different query tiles
   // at any one time instead of queueing on the same one.
+  // Lowest-first order: bottom-up.
   auto m_tile = [&](int it) {
     const int i = it % nm;
-    return dq_rotate ? (i + nb * dq_rotate) % nm : m_begin + i;
+    return dq_rotate ? (i + nb * dq_rotate) % nm : dq_low_first ? m_end - 1 - i : m_begin + i;
   };
   // Q, dO, lse, D of iteration `it` into stage `st` (kMasks with segment
   // ids: the query ids too).
@@ -401,6 +415,8 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
     int rank;
     if constexpr (kMasks && kLogits == 0) {
       rank = msmem.ring[(step - 1) & 3][1] >> kTileRankShift;  // the previous step's (masks_rank)
+    } else if (dq_low_first) {
+      rank = nb;  // every lower key tile sees tile mt too (causal: they start at or above it)
     } else if (dq_rotate) {
       const int k = min(n_blocks - 1, mt / dq_rotate);
       rank = nb <= k ? k - nb : k + n_blocks - nb;
