@@ -39,13 +39,17 @@
 // waits for its turn before issuing, and counts its own once the reduce has
 // completed. CTAs launch highest key tile first, so whoever a CTA waits for
 // is already resident (no deadlock however many tiles).
-// Causal plain attention orders the other way, lowest key tile first: those
-// are the heaviest (they see every query tile below them), and launched
-// last, as highest-first needs, they left a tail of long CTAs. So CTAs launch
-// lowest key tile first with the (kv head, batch) pairs interleaved (the key
-// tiles of one pair launch `pairs` CTAs apart, so the one below is usually
-// ahead already), and each walks its query tiles bottom-up, the same order
-// as the key tile below it.
+// Long causal plain attention (the launcher's dq_rotate == kDqLowFirst)
+// orders the other way, lowest key tile first: those are the heaviest (they
+// see every query tile below them), and launched last, as highest-first
+// needs, they left a tail of long CTAs. CTAs then launch lowest key tile
+// first, in chunks of up to kLowFirstPairs (kv head, batch) pairs whose key
+// tiles interleave (a pair's key tiles launch one chunk apart, so the one
+// below is usually ahead already; a chunk's dQ rows stay few enough for L2),
+// and each walks its query tiles bottom-up, the order of the key tile below.
+// A key tile cannot wait less than the one below it at its first row, so
+// the waits chain when successive tiles start together: fine for long rows,
+// not for short ones (1k-4k lost 5-20%), which keep highest-first.
 #pragma once
 
 #include <cmath>
@@ -69,6 +73,11 @@
 namespace jax_flash::cuda::bwd90 {
 
 using namespace cute;
+
+// dq_rotate value asking for the lowest-key-tile-first order (see the top),
+// and the most (kv head, batch) pairs a chunk of that order interleaves.
+inline constexpr int kDqLowFirst = -1;
+inline constexpr int kLowFirstPairs = 16;
 
 // Bulk async copies (sm90): global += shared, f32, `bytes` a multiple of 16.
 __device__ __forceinline__ void bulk_reduce_add_f32(float* gmem, const float* smem, int bytes) {
@@ -189,15 +198,22 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
   const int tid = threadIdx.x;
   const int Sq = p.seqlen_q, Sk = p.seqlen_k;
   const int n_blocks = (Sk + N - 1) / N;
-  // (deterministic, causal, plain) lowest key tile first, the (kv head,
-  // batch) pairs interleaved: launch index = pair + pairs * key tile.
-  const bool dq_low_first = dq_order != nullptr && p.causal && !kMasks;
-  const int pairs = int(gridDim.y) * int(gridDim.z);
-  const int64_t lin = int64_t(blockIdx.x) + int64_t(gridDim.x) * (blockIdx.y + int64_t(gridDim.y) * blockIdx.z);
-  const int pair = int(lin % pairs);
-  const int nb = dq_low_first ? int(lin / pairs) : dq_order ? n_blocks - 1 - int(blockIdx.x) : int(blockIdx.x);
-  const int hkv = dq_low_first ? pair % int(gridDim.y) : int(blockIdx.y);
-  const int b = dq_low_first ? pair / int(gridDim.y) : int(blockIdx.z);
+  // (kDqLowFirst) launch index -> (chunk of pairs, key tile, pair): within a
+  // chunk, index = pair + chunk_pairs * key tile.
+  const bool dq_low_first = !kMasks && dq_order != nullptr && dq_rotate == kDqLowFirst;
+  int nb = dq_order ? n_blocks - 1 - int(blockIdx.x) : int(blockIdx.x);
+  int hkv = blockIdx.y, b = blockIdx.z;
+  if (dq_low_first) {
+    const int pairs = int(gridDim.y) * int(gridDim.z);
+    const int64_t lin = int64_t(blockIdx.x) + int64_t(n_blocks) * (blockIdx.y + int64_t(gridDim.y) * blockIdx.z);
+    const int chunk = int(lin / (int64_t(kLowFirstPairs) * n_blocks));
+    const int first = chunk * kLowFirstPairs, in_chunk = min(kLowFirstPairs, pairs - first);
+    const int local = int(lin - int64_t(first) * n_blocks);
+    nb = local / in_chunk;
+    const int pair = first + local % in_chunk;
+    hkv = pair % int(gridDim.y);
+    b = pair / int(gridDim.y);
+  }
   const int group = p.heads_q / p.heads_kv;
   const int n0 = nb * N;
   // Causal (top-left aligned: key j visible to query i iff j <= i): query
@@ -267,7 +283,7 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
   // Lowest-first order: bottom-up.
   auto m_tile = [&](int it) {
     const int i = it % nm;
-    return dq_rotate ? (i + nb * dq_rotate) % nm : dq_low_first ? m_end - 1 - i : m_begin + i;
+    return dq_rotate > 0 ? (i + nb * dq_rotate) % nm : m_begin + (dq_low_first ? nm - 1 - i : i);
   };
   // Q, dO, lse, D of iteration `it` into stage `st` (kMasks with segment
   // ids: the query ids too).
@@ -417,7 +433,7 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
       rank = msmem.ring[(step - 1) & 3][1] >> kTileRankShift;  // the previous step's (masks_rank)
     } else if (dq_low_first) {
       rank = nb;  // every lower key tile sees tile mt too (causal: they start at or above it)
-    } else if (dq_rotate) {
+    } else if (dq_rotate > 0) {
       const int k = min(n_blocks - 1, mt / dq_rotate);
       rank = nb <= k ? k - nb : k + n_blocks - nb;
     } else {
