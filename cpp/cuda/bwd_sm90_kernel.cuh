@@ -45,8 +45,10 @@
 // needs, they left a tail of long CTAs. CTAs then launch lowest key tile
 // first, in chunks of up to kLowFirstPairs (kv head, batch) pairs whose key
 // tiles interleave (a pair's key tiles launch one chunk apart, so the one
-// below is usually ahead already; a chunk's dQ rows stay few enough for L2),
-// and each walks its query tiles bottom-up, the order of the key tile below.
+// below is usually ahead already; the bound keeps a large batch from
+// spreading the dQ rows in flight over all of it: 16 was slower than 32-64 at
+// 8k-16k), and each walks its query tiles bottom-up, the order of the key
+// tile below.
 // A key tile cannot wait less than the one below it at its first row, so
 // the waits chain when successive tiles start together: fine for long rows,
 // not for short ones (1k-4k lost 5-20%), which keep highest-first.
@@ -77,7 +79,7 @@ using namespace cute;
 // dq_rotate value asking for the lowest-key-tile-first order (see the top),
 // and the most (kv head, batch) pairs a chunk of that order interleaves.
 inline constexpr int kDqLowFirst = -1;
-inline constexpr int kLowFirstPairs = 16;
+inline constexpr int kLowFirstPairs = 64;
 
 // Bulk async copies (sm90): global += shared, f32, `bytes` a multiple of 16.
 __device__ __forceinline__ void bulk_reduce_add_f32(float* gmem, const float* smem, int bytes) {
