@@ -39,19 +39,17 @@
 // waits for its turn before issuing, and counts its own once the reduce has
 // completed. CTAs launch highest key tile first, so whoever a CTA waits for
 // is already resident (no deadlock however many tiles).
-// Long causal plain attention (the launcher's dq_rotate == kDqLowFirst)
-// orders the other way, lowest key tile first: those are the heaviest (they
-// see every query tile below them), and launched last, as highest-first
-// needs, they left a tail of long CTAs. CTAs then launch lowest key tile
-// first, in chunks of up to kLowFirstPairs (kv head, batch) pairs whose key
-// tiles interleave (a pair's key tiles launch one chunk apart, so the one
-// below is usually ahead already; the bound keeps a large batch from
-// spreading the dQ rows in flight over all of it: 16 was slower than 32-64 at
-// 8k-16k), and each walks its query tiles bottom-up, the order of the key
-// tile below.
-// A key tile cannot wait less than the one below it at its first row, so
-// the waits chain when successive tiles start together: fine for long rows,
-// not for short ones (1k-4k lost 5-20%), which keep highest-first.
+// Long causal plain attention with few (kv head, batch) pairs (the
+// launcher's dq_rotate == kDqLowFirst) orders the other way, lowest key tile
+// first: those are the heaviest (they see every query tile below them), and
+// launched last, as highest-first needs, they left a tail of long CTAs.
+// CTAs then launch lowest key tile first with the pairs interleaved (a
+// pair's key tiles launch `pairs` CTAs apart, so the one below is usually
+// ahead already), and each walks its query tiles bottom-up, the order of the
+// key tile below. Where it loses (benchmarks/NOTES.md "Deterministic causal
+// order"): short rows, whose successive key tiles start together and chain
+// their first-row waits, and many pairs, whose key tiles spread the Q / dO /
+// dQ rows in flight past L2.
 #pragma once
 
 #include <cmath>
@@ -77,9 +75,11 @@ namespace jax_flash::cuda::bwd90 {
 using namespace cute;
 
 // dq_rotate value asking for the lowest-key-tile-first order (see the top),
-// and the most (kv head, batch) pairs a chunk of that order interleaves.
+// and where the launcher uses it: causal, at least kLowFirstMinKeyTiles key
+// tiles and at most kLowFirstMaxPairs (kv head, batch) pairs.
 inline constexpr int kDqLowFirst = -1;
-inline constexpr int kLowFirstPairs = 64;
+inline constexpr int kLowFirstMinKeyTiles = 64;
+inline constexpr int kLowFirstMaxPairs = 64;
 
 // Bulk async copies (sm90): global += shared, f32, `bytes` a multiple of 16.
 __device__ __forceinline__ void bulk_reduce_add_f32(float* gmem, const float* smem, int bytes) {
@@ -200,19 +200,15 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
   const int tid = threadIdx.x;
   const int Sq = p.seqlen_q, Sk = p.seqlen_k;
   const int n_blocks = (Sk + N - 1) / N;
-  // (kDqLowFirst) launch index -> (chunk of pairs, key tile, pair): within a
-  // chunk, index = pair + chunk_pairs * key tile.
+  // (kDqLowFirst) launch index = pair + pairs * key tile.
   const bool dq_low_first = !kMasks && dq_order != nullptr && dq_rotate == kDqLowFirst;
   int nb = dq_order ? n_blocks - 1 - int(blockIdx.x) : int(blockIdx.x);
   int hkv = blockIdx.y, b = blockIdx.z;
   if (dq_low_first) {
     const int pairs = int(gridDim.y) * int(gridDim.z);
     const int64_t lin = int64_t(blockIdx.x) + int64_t(n_blocks) * (blockIdx.y + int64_t(gridDim.y) * blockIdx.z);
-    const int chunk = int(lin / (int64_t(kLowFirstPairs) * n_blocks));
-    const int first = chunk * kLowFirstPairs, in_chunk = min(kLowFirstPairs, pairs - first);
-    const int local = int(lin - int64_t(first) * n_blocks);
-    nb = local / in_chunk;
-    const int pair = first + local % in_chunk;
+    nb = int(lin / pairs);
+    const int pair = int(lin % pairs);
     hkv = pair % int(gridDim.y);
     b = pair / int(gridDim.y);
   }
