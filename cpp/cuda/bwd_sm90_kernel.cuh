@@ -38,8 +38,18 @@
 // One counter per (batch, q head, query tile) counts the reduces done; a CTA
 // waits for its turn before issuing, and counts its own once the reduce has
 // completed. CTAs launch highest key tile first, so whoever a CTA waits for
-// is already resident (no deadlock however many tiles), and under causal
-// masking the tile whose first query tile it is goes first (no idle wait).
+// is already resident (no deadlock however many tiles).
+// Long causal plain attention with few (kv head, batch) pairs (the
+// launcher's dq_rotate == kDqLowFirst) orders the other way, lowest key tile
+// first: those are the heaviest (they see every query tile below them), and
+// launched last, as highest-first needs, they left a tail of long CTAs.
+// CTAs then launch lowest key tile first with the pairs interleaved (a
+// pair's key tiles launch `pairs` CTAs apart, so the one below is usually
+// ahead already), and each walks its query tiles bottom-up, the order of the
+// key tile below. Where it loses (benchmarks/NOTES.md "Deterministic causal
+// order"): short rows, whose successive key tiles start together and chain
+// their first-row waits, and many pairs, whose key tiles spread the Q / dO /
+// dQ rows in flight past L2.
 #pragma once
 
 #include <cmath>
@@ -63,6 +73,13 @@
 namespace jax_flash::cuda::bwd90 {
 
 using namespace cute;
+
+// dq_rotate value asking for the lowest-key-tile-first order (see the top),
+// and where the launcher uses it: causal, at least kLowFirstMinKeyTiles key
+// tiles and at most kLowFirstMaxPairs (kv head, batch) pairs.
+inline constexpr int kDqLowFirst = -1;
+inline constexpr int kLowFirstMinKeyTiles = 64;
+inline constexpr int kLowFirstMaxPairs = 64;
 
 // Bulk async copies (sm90): global += shared, f32, `bytes` a multiple of 16.
 __device__ __forceinline__ void bulk_reduce_add_f32(float* gmem, const float* smem, int bytes) {
@@ -183,8 +200,18 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
   const int tid = threadIdx.x;
   const int Sq = p.seqlen_q, Sk = p.seqlen_k;
   const int n_blocks = (Sk + N - 1) / N;
-  const int nb = dq_order ? n_blocks - 1 - int(blockIdx.x) : int(blockIdx.x);
-  const int hkv = blockIdx.y, b = blockIdx.z;
+  // (kDqLowFirst) launch index = pair + pairs * key tile.
+  const bool dq_low_first = !kMasks && dq_order != nullptr && dq_rotate == kDqLowFirst;
+  int nb = dq_order ? n_blocks - 1 - int(blockIdx.x) : int(blockIdx.x);
+  int hkv = blockIdx.y, b = blockIdx.z;
+  if (dq_low_first) {
+    const int pairs = int(gridDim.y) * int(gridDim.z);
+    const int64_t lin = int64_t(blockIdx.x) + int64_t(n_blocks) * (blockIdx.y + int64_t(gridDim.y) * blockIdx.z);
+    nb = int(lin / pairs);
+    const int pair = int(lin % pairs);
+    hkv = pair % int(gridDim.y);
+    b = pair / int(gridDim.y);
+  }
   const int group = p.heads_q / p.heads_kv;
   const int n0 = nb * N;
   // Causal (top-left aligned: key j visible to query i iff j <= i): query
@@ -251,9 +278,10 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
   // (deterministic, not causal) CTA nb starts at tile nb * dq_rotate and
   // wraps around, so the CTAs of a key-tile row work on different query tiles
   // at any one time instead of queueing on the same one.
+  // Lowest-first order: bottom-up.
   auto m_tile = [&](int it) {
     const int i = it % nm;
-    return dq_rotate ? (i + nb * dq_rotate) % nm : m_begin + i;
+    return dq_rotate > 0 ? (i + nb * dq_rotate) % nm : m_begin + (dq_low_first ? nm - 1 - i : i);
   };
   // Q, dO, lse, D of iteration `it` into stage `st` (kMasks with segment
   // ids: the query ids too).
@@ -401,7 +429,9 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
     int rank;
     if constexpr (kMasks && kLogits == 0) {
       rank = msmem.ring[(step - 1) & 3][1] >> kTileRankShift;  // the previous step's (masks_rank)
-    } else if (dq_rotate) {
+    } else if (dq_low_first) {
+      rank = nb;  // every lower key tile sees tile mt too (causal: they start at or above it)
+    } else if (dq_rotate > 0) {
       const int k = min(n_blocks - 1, mt / dq_rotate);
       rank = nb <= k ? k - nb : k + n_blocks - nb;
     } else {

@@ -76,6 +76,11 @@ cudaError_t launch_bwd_sm90(const BwdParams& p, BwdLaunchFlags flags, cudaStream
     if (err != cudaSuccess) return err;
     // (masks: the rank rule assumes the highest-first order)
     rotate = Traits::kMasks ? 0 : order_rotation(p, Traits::kBlockM, Traits::kBlockN);
+    // Long causal rows, few pairs: lowest key tile first (the kernel's top
+    // comment; benchmarks/NOTES.md "Deterministic causal order").
+    if (!Traits::kMasks && p.causal && (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN >= kLowFirstMinKeyTiles &&
+        int64_t(p.heads_kv) * p.batch <= kLowFirstMaxPairs)
+      rotate = kDqLowFirst;
   }
   if (rows > 0) bwd::bwd_preprocess_kernel<Element><<<bwd::rows_grid(rows), 256, 0, stream>>>(p, dsum, accum, D);
   if (p.seqlen_k > 0) {
