@@ -36,12 +36,13 @@ for stage in $stages; do
       # XLA autotuning of the jnp references costs ~15 s a test; the kernels need none.
       # Most of a GPU test's time is XLA compiling references on the host: TEST_WORKERS=N
       # runs N pytest-xdist processes sharing the GPU (no memory preallocation).
+      # PYTEST_K: a -k expression (e.g. "not fp16" for a JAX_FLASH_CUDA_DTYPES=bf16 build).
       par=""
       if [ -n "${TEST_WORKERS:-}" ]; then
         par="-n $TEST_WORKERS"
         export XLA_PYTHON_CLIENT_PREALLOCATE=false
       fi
-      XLA_FLAGS="${XLA_FLAGS:---xla_gpu_autotune_level=0}" timeout ${TEST_TIMEOUT:-400} python3 -P -m pytest -m gpu $par -q -rfE --durations=10 ${TESTS:-tests} 2>&1 \
+      XLA_FLAGS="${XLA_FLAGS:---xla_gpu_autotune_level=0}" timeout ${TEST_TIMEOUT:-400} python3 -P -m pytest -m gpu $par -q -rfE --durations=10 ${PYTEST_K:+-k "$PYTEST_K"} ${TESTS:-tests} 2>&1 \
         | tee "$OUT/pytest_gpu.log" | tail -25
       ;;
     sanitize)
