@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jax_flash
+from jax_flash import _ffi
 from jax_flash.reference import attention_reference_grad_np, attention_reference_np
 from jax_flash.timing import attention_flops, time_fn
 
@@ -81,13 +82,23 @@ def main(argv=None) -> int:
     print(f"  default backend: {jax.default_backend()}; devices: "
           + ", ".join(f"{d.platform}:{d.id} {getattr(d, 'device_kind', '')}".strip() for d in jax.devices()))
     on_gpu = jax.default_backend() == "gpu"
-    dtypes = [jnp.bfloat16, jnp.float16] if on_gpu else [jnp.float32, jnp.bfloat16]
+    dtypes = [jnp.float32, jnp.bfloat16]
+    if on_gpu:
+        built = _ffi.cuda_dtypes()
+        dtypes = [dt for dt in (jnp.bfloat16, jnp.float16) if jnp.dtype(dt).name in built]
+        for dt in (jnp.bfloat16, jnp.float16):
+            if jnp.dtype(dt).name not in built:
+                print(f"  ({jnp.dtype(dt).name}: no CUDA kernels in this build, see JAX_FLASH_CUDA_DTYPES)")
     print("\ncorrectness (GQA 8/2 heads, seqlens 77 x 93, head_dim 64, vs float64 reference):")
     ok = all([correctness_check(dt) for dt in dtypes])
-    if not args.no_timing:
+    if not dtypes:
+        print("  no CUDA kernels to check: this build has none, but JAX's default device is a GPU")
+        ok = False
+    if not args.no_timing and dtypes:
         if on_gpu:
-            print("\ntiming: bf16, 16k tokens, 16 heads x 128 (the FlashAttention-2 grid's middle row)")
-            timing_table(jnp.bfloat16, [1024, 4096], 16384, 16, 128)
+            dt = dtypes[0]
+            print(f"\ntiming: {jnp.dtype(dt).name}, 16k tokens, 16 heads x 128 (the FlashAttention-2 grid's middle row)")
+            timing_table(dt, [1024, 4096], 16384, 16, 128)
         else:
             print("\ntiming: float32, batch 1, 8 heads x 64 (CPU)")
             timing_table(jnp.float32, [512, 2048], 2048, 8, 64)

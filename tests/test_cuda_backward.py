@@ -91,6 +91,7 @@ _SHAPES = [
     (1, 128, 17, 2, 1, 160),
     (1, 65, 130, 4, 2, 192),
     (1, 130, 65, 2, 2, 224),
+    (2, 77, 93, 4, 2, 36),       # not a multiple of 8: the scalar preprocess / dQ convert kernels
 ]
 
 

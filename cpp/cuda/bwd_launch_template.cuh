@@ -61,6 +61,44 @@ inline int rows_grid(int64_t rows) {
   return int(blocks < 65536 * 16 ? blocks : 65536 * 16);
 }
 
+// Whether 16-byte accesses to a tensor's rows are legal: head dim a multiple
+// of 8, base and every stride 16-byte aligned.
+inline bool rows_vec_ok(const void* base, int head_dim, int64_t batch_stride, int64_t row_stride,
+                        int64_t head_stride) {
+  return head_dim % kRowVec == 0 && (reinterpret_cast<uintptr_t>(base) & 15) == 0 &&
+         batch_stride % kRowVec == 0 && row_stride % kRowVec == 0 && head_stride % kRowVec == 0;
+}
+
+inline int rows_grid_vec(int64_t rows) {
+  const int64_t rows_per_block = 256 / kRowLanes;
+  const int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
+  return int(blocks < 65536 * 16 ? blocks : 65536 * 16);
+}
+
+// D = rowsum(dO * O) into dsum; clears accum (accum_dim floats a row) unless null.
+template <class Element>
+static void launch_preprocess(const BwdParams& p, float* dsum, float* accum, int accum_dim,
+                              cudaStream_t stream) {
+  const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
+  if (rows <= 0) return;
+  if (rows_vec_ok(p.o, p.head_dim, p.o_batch_stride, p.o_row_stride, p.o_head_stride) &&
+      rows_vec_ok(p.dout, p.head_dim, p.do_batch_stride, p.do_row_stride, p.do_head_stride))
+    bwd_preprocess_vec_kernel<Element><<<rows_grid_vec(rows), 256, 0, stream>>>(p, dsum, accum, accum_dim);
+  else
+    bwd_preprocess_kernel<Element><<<rows_grid(rows), 256, 0, stream>>>(p, dsum, accum, accum_dim);
+}
+
+// dq = scale * accum.
+template <class Element>
+static void launch_dq_convert(const BwdParams& p, const float* accum, int accum_dim, cudaStream_t stream) {
+  const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
+  if (rows <= 0) return;
+  if (rows_vec_ok(p.dq, p.head_dim, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride))
+    bwd_dq_convert_vec_kernel<Element><<<rows_grid_vec(rows), 256, 0, stream>>>(p, accum, accum_dim);
+  else
+    bwd_dq_convert_kernel<Element><<<rows_grid(rows), 256, 0, stream>>>(p, accum, accum_dim);
+}
+
 // The atomic-free dQ kernel (deterministic mode), dsum already made.
 template <class DqCfg, int kVariants = kVarNone>
 static cudaError_t launch_dq(const BwdParams& p, const float* dsum, BwdLaunchFlags flags, cudaStream_t stream) {
@@ -87,9 +125,7 @@ static cudaError_t launch_bwd(const BwdParams& p, BwdLaunchFlags flags, cudaStre
                      ? nullptr
                      : reinterpret_cast<float*>(static_cast<char*>(p.workspace) + bwd_dsum_bytes(p));
 
-  if (rows > 0) {
-    bwd_preprocess_kernel<Element><<<rows_grid(rows), 256, 0, stream>>>(p, dsum, accum, D);
-  }
+  launch_preprocess<Element>(p, dsum, accum, D, stream);
   if (p.seqlen_k > 0) {
     const dim3 grid((p.seqlen_k + DkdvCfg::kBlockN - 1) / DkdvCfg::kBlockN, p.heads_kv, p.batch);
     constexpr int smem = int(DkdvCfg::kSmemBytes);
@@ -115,7 +151,7 @@ static cudaError_t launch_bwd(const BwdParams& p, BwdLaunchFlags flags, cudaStre
       const cudaError_t err = launch_dq<DqCfg, kVariants>(p, dsum, flags, stream);
       if (err != cudaSuccess) return err;
     } else {
-      bwd_dq_convert_kernel<Element><<<rows_grid(rows), 256, 0, stream>>>(p, accum, D);
+      launch_dq_convert<Element>(p, accum, D, stream);
     }
   }
   return cudaGetLastError();

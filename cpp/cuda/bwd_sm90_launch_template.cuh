@@ -14,7 +14,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "cuda/bwd_launch_template.cuh"  // rows_grid, ElementOf, BwdLaunchFlags
+#include "cuda/bwd_launch_template.cuh"  // launch_preprocess, ElementOf, BwdLaunchFlags
 #include "cuda/bwd_sm90_kernel.cuh"
 #include "cuda/sm90_ready.h"
 
@@ -63,7 +63,6 @@ cudaError_t launch_bwd_sm90(const BwdParams& p, BwdLaunchFlags flags, cudaStream
   }
   if (p.deterministic && (!Traits::kDqBulk || bwd_order_bytes(p, D) == 0)) return cudaErrorNotSupported;
   if (!sm90_bwd_ready<Traits>()) return cudaErrorNotSupported;
-  const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
   char* ws = static_cast<char*>(p.workspace);
   float* dsum = reinterpret_cast<float*>(ws);
   float* accum = reinterpret_cast<float*>(ws + bwd_dsum_bytes(p));
@@ -82,13 +81,13 @@ cudaError_t launch_bwd_sm90(const BwdParams& p, BwdLaunchFlags flags, cudaStream
         int64_t(p.heads_kv) * p.batch <= kLowFirstMaxPairs)
       rotate = kDqLowFirst;
   }
-  if (rows > 0) bwd::bwd_preprocess_kernel<Element><<<bwd::rows_grid(rows), 256, 0, stream>>>(p, dsum, accum, D);
+  bwd::launch_preprocess<Element>(p, dsum, accum, D, stream);
   if (p.seqlen_k > 0) {
     const dim3 grid((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN, p.heads_kv, p.batch);
     bwd_sm90_dkdv_kernel<Traits><<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(
         p, dsum, accum, order, rotate, flags.pair_ok);
   }
-  if (rows > 0) bwd::bwd_dq_convert_kernel<Element><<<bwd::rows_grid(rows), 256, 0, stream>>>(p, accum, D);
+  bwd::launch_dq_convert<Element>(p, accum, D, stream);
   return cudaGetLastError();
 }
 

@@ -12,7 +12,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda/bwd_dispatch.h"         // run_bwd_dq_hdim
-#include "cuda/bwd_launch_template.cuh"  // rows_grid, ElementOf
+#include "cuda/bwd_launch_template.cuh"  // launch_preprocess, launch_dq_convert, ElementOf
 #include "cuda/bwd_sm90_wide_kernel.cuh"
 #include "cuda/sm90_ready.h"
 
@@ -33,16 +33,15 @@ static cudaError_t launch_bwd_sm90_wide(const BwdParams& p, BwdLaunchFlags flags
   static std::atomic<unsigned long long> ready{0};
   if (!sm90_kernel_ready(&bwd_sm90_wide_dkdv_kernel<Traits>, Traits::kSmemBytes, ready))
     return cudaErrorNotSupported;
-  const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
   float* dsum = static_cast<float*>(p.workspace);
   float* accum = reinterpret_cast<float*>(static_cast<char*>(p.workspace) + bwd_dsum_bytes(p));
-  if (rows > 0) bwd::bwd_preprocess_kernel<Element><<<bwd::rows_grid(rows), 256, 0, stream>>>(p, dsum, accum, D);
+  bwd::launch_preprocess<Element>(p, dsum, accum, D, stream);
   if (p.seqlen_k > 0) {
     const dim3 grid((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN, p.heads_kv, p.batch);
     bwd_sm90_wide_dkdv_kernel<Traits><<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(
         p, dsum, accum, flags.pair_ok);
   }
-  if (rows > 0) bwd::bwd_dq_convert_kernel<Element><<<bwd::rows_grid(rows), 256, 0, stream>>>(p, accum, D);
+  bwd::launch_dq_convert<Element>(p, accum, D, stream);
   return cudaGetLastError();
 }
 
@@ -58,9 +57,8 @@ static cudaError_t launch_bwd_sm90_wide_det(const BwdParams& p, BwdLaunchFlags f
   static std::atomic<unsigned long long> ready{0};
   if (!sm90_kernel_ready(&bwd_sm90_wide_dkdv_kernel<Traits>, Traits::kSmemBytes, ready))
     return cudaErrorNotSupported;
-  const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
   float* dsum = static_cast<float*>(p.workspace);
-  if (rows > 0) bwd::bwd_preprocess_kernel<Element><<<bwd::rows_grid(rows), 256, 0, stream>>>(p, dsum, nullptr, D);
+  bwd::launch_preprocess<Element>(p, dsum, nullptr, D, stream);
   if (p.seqlen_k > 0) {
     const dim3 grid((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN, p.heads_kv, p.batch);
     bwd_sm90_wide_dkdv_kernel<Traits><<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(

@@ -5,7 +5,10 @@
 #include "cpu/attention_cpu.h"
 #include "ffi/handlers.h"
 #ifdef JAX_FLASH_WITH_CUDA
+#include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
+
+#include <string>
 
 #include "cuda/launch.h"
 #endif
@@ -44,6 +47,13 @@ NB_MODULE(_jax_flash, m) {
   // Head dims of the compiled CUDA kernels (plain, variants): the Python side
   // sizes the backward's workspace by the head dim that will run.
   m.def("cuda_head_dims", [](bool variants) { return jax_flash::cuda::head_dims(variants); });
+  // The 16-bit dtypes with compiled CUDA kernels (JAX_FLASH_CUDA_DTYPES).
+  m.def("cuda_dtypes", []() {
+    std::vector<std::string> out;
+    if (jax_flash::cuda::dtype_built(jax_flash::DType::kBFloat16)) out.push_back("bfloat16");
+    if (jax_flash::cuda::dtype_built(jax_flash::DType::kFloat16)) out.push_back("float16");
+    return out;
+  });
 #else
   m.attr("cuda_archs") = nb::none();
 #endif
