@@ -20,6 +20,15 @@ struct NoVariantBwd {
   __device__ __forceinline__ NoVariantBwd(const FwdParams&, int, int) {}
 };
 
+// Row r of the flattened (batch, head, query) rows as (batch, head, query).
+struct RowIndex {
+  int b, h, i;
+};
+__device__ __forceinline__ RowIndex split_row(const BwdParams& p, int64_t r) {
+  const int64_t bh = r / p.seqlen_q;
+  return {int(bh / p.heads_q), int(bh % p.heads_q), int(r % p.seqlen_q)};
+}
+
 // ---------------------------------------------------------------------------
 // One warp per (batch, head, query row).
 template <class Element>
@@ -33,10 +42,7 @@ bwd_preprocess_kernel(const BwdParams p, float* __restrict__ dsum, float* __rest
   const Element* o = static_cast<const Element*>(p.o);
   const Element* dout = static_cast<const Element*>(p.dout);
   for (int64_t r = warp; r < rows; r += nwarps) {
-    const int i = int(r % p.seqlen_q);
-    const int64_t bh = r / p.seqlen_q;
-    const int h = int(bh % p.heads_q);
-    const int b = int(bh / p.heads_q);
+    const auto [b, h, i] = split_row(p, r);
     const Element* orow = o + b * p.o_batch_stride + i * p.o_row_stride + h * p.o_head_stride;
     const Element* drow = dout + b * p.do_batch_stride + i * p.do_row_stride + h * p.do_head_stride;
     float acc = 0.f;
@@ -61,10 +67,7 @@ bwd_dq_convert_kernel(const BwdParams p, const float* __restrict__ dq_accum, int
   const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
   Element* dq = static_cast<Element*>(p.dq);
   for (int64_t r = warp; r < rows; r += nwarps) {
-    const int i = int(r % p.seqlen_q);
-    const int64_t bh = r / p.seqlen_q;
-    const int h = int(bh % p.heads_q);
-    const int b = int(bh / p.heads_q);
+    const auto [b, h, i] = split_row(p, r);
     Element* out = dq + b * p.dq_batch_stride + i * p.dq_row_stride + h * p.dq_head_stride;
     const float* in = dq_accum + r * accum_dim;
     for (int e = lane; e < p.head_dim; e += 32) out[e] = Element(in[e] * p.scale);
@@ -102,10 +105,7 @@ bwd_preprocess_vec_kernel(const BwdParams p, float* __restrict__ dsum, float* __
     const bool active = r < rows;
     float acc = 0.f;
     if (active) {
-      const int i = int(r % p.seqlen_q);
-      const int64_t bh = r / p.seqlen_q;
-      const int h = int(bh % p.heads_q);
-      const int b = int(bh / p.heads_q);
+      const auto [b, h, i] = split_row(p, r);
       const Element* orow = o + b * p.o_batch_stride + i * p.o_row_stride + h * p.o_head_stride;
       const Element* drow = dout + b * p.do_batch_stride + i * p.do_row_stride + h * p.do_head_stride;
       for (int e = sub * kRowVec; e < p.head_dim; e += kRowLanes * kRowVec) {
@@ -137,10 +137,7 @@ bwd_dq_convert_vec_kernel(const BwdParams p, const float* __restrict__ dq_accum,
   const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
   Element* dq = static_cast<Element*>(p.dq);
   for (int64_t r = group; r < rows; r += vec_row_groups()) {
-    const int i = int(r % p.seqlen_q);
-    const int64_t bh = r / p.seqlen_q;
-    const int h = int(bh % p.heads_q);
-    const int b = int(bh / p.heads_q);
+    const auto [b, h, i] = split_row(p, r);
     Element* out = dq + b * p.dq_batch_stride + i * p.dq_row_stride + h * p.dq_head_stride;
     const float* in = dq_accum + r * accum_dim;
     for (int e = sub * kRowVec; e < p.head_dim; e += kRowLanes * kRowVec) {
