@@ -82,8 +82,7 @@ bwd_dq_convert_kernel(const BwdParams p, const float* __restrict__ dq_accum, int
 constexpr int kRowLanes = 8;
 constexpr int kRowVec = 8;  // elements per 16-byte access (16-bit dtypes)
 
-// Rows r handled by this lane's group in step `base`: uniform loop bounds per
-// warp, so every lane reaches the shuffles.
+// 8-lane row groups in the whole grid: the grid-stride step, in rows.
 __device__ __forceinline__ int64_t vec_row_groups() {
   return int64_t(gridDim.x) * blockDim.x / kRowLanes;
 }
@@ -100,6 +99,7 @@ bwd_preprocess_vec_kernel(const BwdParams p, float* __restrict__ dsum, float* __
   const int64_t first_of_warp = group - (threadIdx.x % 32) / kRowLanes;
   const Element* o = static_cast<const Element*>(p.o);
   const Element* dout = static_cast<const Element*>(p.dout);
+  // The loop runs on the warp's first row, so all 32 lanes reach the shuffles.
   for (int64_t base = first_of_warp; base < rows; base += groups) {
     const int64_t r = base + (group - first_of_warp);
     const bool active = r < rows;
