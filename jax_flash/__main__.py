@@ -85,9 +85,11 @@ def main(argv=None) -> int:
     dtypes = [jnp.float32, jnp.bfloat16]
     if on_gpu:
         built = _ffi.cuda_dtypes()
-        dtypes = [dt for dt in (jnp.bfloat16, jnp.float16) if jnp.dtype(dt).name in built]
+        dtypes = []
         for dt in (jnp.bfloat16, jnp.float16):
-            if jnp.dtype(dt).name not in built:
+            if jnp.dtype(dt).name in built:
+                dtypes.append(dt)
+            else:
                 print(f"  ({jnp.dtype(dt).name}: no CUDA kernels in this build, see JAX_FLASH_CUDA_DTYPES)")
     print("\ncorrectness (GQA 8/2 heads, seqlens 77 x 93, head_dim 64, vs float64 reference):")
     ok = all([correctness_check(dt) for dt in dtypes])

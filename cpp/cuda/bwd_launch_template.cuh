@@ -55,9 +55,11 @@ cudaError_t opt_in_smem(Kernel kernel, int bytes, std::atomic<unsigned long long
   return cudaSuccess;
 }
 
-inline int rows_grid(int64_t rows) {
-  // One warp per row, 8 rows per 256-thread block, grid-stride beyond.
-  const int64_t blocks = (rows + 7) / 8;
+// Blocks of 256 threads for the row kernels, grid-stride beyond the cap:
+// scalar kernels take one warp a row (8 rows a block), the vector ones
+// kRowLanes lanes (32 rows a block).
+inline int rows_grid(int64_t rows, int rows_per_block = 256 / 32) {
+  const int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
   return int(blocks < 65536 * 16 ? blocks : 65536 * 16);
 }
 
@@ -69,12 +71,6 @@ inline bool rows_vec_ok(const void* base, int head_dim, int64_t batch_stride, in
          batch_stride % kRowVec == 0 && row_stride % kRowVec == 0 && head_stride % kRowVec == 0;
 }
 
-inline int rows_grid_vec(int64_t rows) {
-  const int64_t rows_per_block = 256 / kRowLanes;
-  const int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
-  return int(blocks < 65536 * 16 ? blocks : 65536 * 16);
-}
-
 // D = rowsum(dO * O) into dsum; clears accum (accum_dim floats a row) unless null.
 template <class Element>
 static void launch_preprocess(const BwdParams& p, float* dsum, float* accum, int accum_dim,
@@ -83,7 +79,7 @@ static void launch_preprocess(const BwdParams& p, float* dsum, float* accum, int
   if (rows <= 0) return;
   if (rows_vec_ok(p.o, p.head_dim, p.o_batch_stride, p.o_row_stride, p.o_head_stride) &&
       rows_vec_ok(p.dout, p.head_dim, p.do_batch_stride, p.do_row_stride, p.do_head_stride))
-    bwd_preprocess_vec_kernel<Element><<<rows_grid_vec(rows), 256, 0, stream>>>(p, dsum, accum, accum_dim);
+    bwd_preprocess_vec_kernel<Element><<<rows_grid(rows, 256 / kRowLanes), 256, 0, stream>>>(p, dsum, accum, accum_dim);
   else
     bwd_preprocess_kernel<Element><<<rows_grid(rows), 256, 0, stream>>>(p, dsum, accum, accum_dim);
 }
@@ -94,7 +90,7 @@ static void launch_dq_convert(const BwdParams& p, const float* accum, int accum_
   const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
   if (rows <= 0) return;
   if (rows_vec_ok(p.dq, p.head_dim, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride))
-    bwd_dq_convert_vec_kernel<Element><<<rows_grid_vec(rows), 256, 0, stream>>>(p, accum, accum_dim);
+    bwd_dq_convert_vec_kernel<Element><<<rows_grid(rows, 256 / kRowLanes), 256, 0, stream>>>(p, accum, accum_dim);
   else
     bwd_dq_convert_kernel<Element><<<rows_grid(rows), 256, 0, stream>>>(p, accum, accum_dim);
 }

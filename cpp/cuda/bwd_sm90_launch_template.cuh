@@ -63,6 +63,7 @@ cudaError_t launch_bwd_sm90(const BwdParams& p, BwdLaunchFlags flags, cudaStream
   }
   if (p.deterministic && (!Traits::kDqBulk || bwd_order_bytes(p, D) == 0)) return cudaErrorNotSupported;
   if (!sm90_bwd_ready<Traits>()) return cudaErrorNotSupported;
+  const int key_tiles = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
   char* ws = static_cast<char*>(p.workspace);
   float* dsum = reinterpret_cast<float*>(ws);
   float* accum = reinterpret_cast<float*>(ws + bwd_dsum_bytes(p));
@@ -77,13 +78,13 @@ cudaError_t launch_bwd_sm90(const BwdParams& p, BwdLaunchFlags flags, cudaStream
     rotate = Traits::kMasks ? 0 : order_rotation(p, Traits::kBlockM, Traits::kBlockN);
     // Long causal rows, few pairs: lowest key tile first (the kernel's top
     // comment; benchmarks/NOTES.md "Deterministic causal order").
-    if (!Traits::kMasks && p.causal && (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN >= kLowFirstMinKeyTiles &&
+    if (!Traits::kMasks && p.causal && key_tiles >= kLowFirstMinKeyTiles &&
         int64_t(p.heads_kv) * p.batch <= kLowFirstMaxPairs)
       rotate = kDqLowFirst;
   }
   bwd::launch_preprocess<Element>(p, dsum, accum, D, stream);
   if (p.seqlen_k > 0) {
-    const dim3 grid((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN, p.heads_kv, p.batch);
+    const dim3 grid(key_tiles, p.heads_kv, p.batch);
     bwd_sm90_dkdv_kernel<Traits><<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(
         p, dsum, accum, order, rotate, flags.pair_ok);
   }
