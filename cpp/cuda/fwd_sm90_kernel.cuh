@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
@@ -33,6 +34,7 @@
 #include <cutlass/arch/barrier.h>
 
 #include "cuda/fwd_kernel.cuh"  // FwdArgs
+#include "cuda/kv_tile_loader.cuh"
 #include "cuda/mask.cuh"
 #include "cuda/softmax.cuh"
 #include "cuda/utils.cuh"
@@ -566,6 +568,13 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
   Tensor tVs = gthr.partition_D(sV);
   Tensor tQc = gthr.partition_S(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
   Tensor tKVc = gthr.partition_S(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+  // K / V tiles with every row in range (all but the last key tile): the
+  // loader's precomputed addresses (kv_tile_loader.cuh).
+  using KVLoader = KVTileLoader<Element, typename Traits::SmemLayoutKV, kBlockN, kHeadDim, Traits::kNThreads>;
+  const KVLoader kv(smem.k.data(), head_dim, tid);
+  constexpr uint32_t kVMinusK = uint32_t(offsetof(Storage, v) - offsetof(Storage, k));
+  auto load_k = [&](int n, int stage) { kv.load(k_ptr, p.k_row_stride, n, stage, 0u); };
+  auto load_v = [&](int n, int stage) { kv.load(v_ptr, p.v_row_stride, n, stage, kVMinusK); };
 
   // ---- wgmma partitions ----
   typename Traits::TiledMmaS mma_s;
@@ -630,14 +639,14 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
       auto loads = [&]() {
         if constexpr (kMasks) {
           if (n_next >= n_stop) {
-            load_tile<true, false>(gcopy, tKg(_, _, _, n_next), tKs(_, _, _, stage ^ 1), tKVc, kBlockN, head_dim);
-            load_tile<true, false>(gcopy, tVg(_, _, _, n_next), tVs(_, _, _, stage ^ 1), tKVc, kBlockN, head_dim);
+            load_k(n_next, stage ^ 1);
+            load_v(n_next, stage ^ 1);
             cp_async_fence();
           }
         } else {
           if (n_block > 0) {
-            load_tile<true, false>(gcopy, tKg(_, _, _, n_block - 1), tKs(_, _, _, stage ^ 1), tKVc, kBlockN, head_dim);
-            load_tile<true, false>(gcopy, tVg(_, _, _, n_block - 1), tVs(_, _, _, stage ^ 1), tKVc, kBlockN, head_dim);
+            load_k(n_block - 1, stage ^ 1);
+            load_v(n_block - 1, stage ^ 1);
             cp_async_fence();
           }
         }
@@ -713,7 +722,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
       cutlass::arch::fence_view_async_shared();
       __syncthreads();
       if (n_first > 0) {
-        load_tile<true, false>(gcopy, tKg(_, _, _, n_first - 1), tKs(_, _, _, 1), tKVc, kBlockN, head_dim);
+        load_k(n_first - 1, 1);
       }
       cp_async_fence();
       AccS acc_s;
@@ -731,8 +740,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
       cutlass::arch::fence_view_async_shared();
       __syncthreads();  // every warpgroup is done with K(j + 1) and V(j + 2)
       auto loads = [&]() {
-        if (j > 0) load_tile<true, false>(gcopy, tKg(_, _, _, j - 1), tKs(_, _, _, slot(j - 1)), tKVc, kBlockN, head_dim);
-        load_tile<true, false>(gcopy, tVg(_, _, _, j), tVs(_, _, _, slot(j)), tKVc, kBlockN, head_dim);
+        if (j > 0) load_k(j - 1, slot(j - 1));
+        load_v(j, slot(j));
         cp_async_fence();
       };
       if constexpr (Traits::kLoadsFirst) loads();
@@ -790,7 +799,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
       cp_async_wait<1>();  // Q, K(n_first)
       cutlass::arch::fence_view_async_shared();
       __syncthreads();
-      if (j >= n_stop) load_tile<true, false>(gcopy, tKg(_, _, _, j), tKs(_, _, _, 1), tKVc, kBlockN, head_dim);
+      if (j >= n_stop) load_k(j, 1);
       cp_async_fence();
       AccS acc_s;
       wgmma_issue<true, false>(mma_s, tSrQ, tSrK(_, _, _, 0), acc_s);
@@ -810,8 +819,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
       cutlass::arch::fence_view_async_shared();
       __syncthreads();  // every warpgroup is done with K(previous) and V(the one before)
       auto loads = [&]() {
-        if (jn >= n_stop) load_tile<true, false>(gcopy, tKg(_, _, _, jn), tKs(_, _, _, par ^ 1), tKVc, kBlockN, head_dim);
-        load_tile<true, false>(gcopy, tVg(_, _, _, j), tVs(_, _, _, par), tKVc, kBlockN, head_dim);
+        if (jn >= n_stop) load_k(jn, par ^ 1);
+        load_v(j, par);
         cp_async_fence();
       };
       if constexpr (Traits::kLoadsFirst) loads();
