@@ -54,6 +54,21 @@ __device__ __forceinline__ void load_kv_tile(GCopy& gcopy, GThr& gthr, const Bwd
   fwd::load_tile<true, true>(gcopy, gthr.partition_S(gV), gthr.partition_D(sV), cK, p.seqlen_k - n0, D);
 }
 
+// The LSE and D = rowsum(dO O) entries of query rows [m0, m0 + M) of q head
+// h into one stage (rows past Sq: 0): thread t < 2 M loads one of those.
+template <int M>
+__device__ __forceinline__ void load_q_stats(int t, const BwdParams& p, const float* __restrict__ dsum, int b, int h,
+                                             int m0, int Sq, float* lse_st, float* dsum_st) {
+  const int64_t row_base = (int64_t(b) * p.heads_q + h) * Sq + m0;
+  if (t < 2 * M) {
+    const int r = t % M;
+    const bool valid = m0 + r < Sq;
+    const float* src = t < M ? p.lse : dsum;
+    float* dst = t < M ? &lse_st[r] : &dsum_st[r];
+    bwd::cp_async4(dst, src + (valid ? row_base + r : 0), valid);
+  }
+}
+
 // Q and dO rows [m0, m0 + BM) of q head h into one stage (rows past Sq
 // zero-filled), with their LSE and D = rowsum(dO O) entries: the copy's
 // thread t of gcopy (at least 2 BM threads) loads one of those.
@@ -70,14 +85,7 @@ __device__ __forceinline__ void load_q_tile(GCopy& gcopy, GThr& gthr, int t, con
   Tensor gdO = make_tensor(make_gmem_ptr(dp), Shape<Int<M>, Int<D>>{}, make_stride(p.do_row_stride, _1{}));
   fwd::load_tile<true, true>(gcopy, gthr.partition_S(gQ), gthr.partition_D(sQ), cQ, Sq - m0, D);
   fwd::load_tile<true, true>(gcopy, gthr.partition_S(gdO), gthr.partition_D(sdO), cQ, Sq - m0, D);
-  const int64_t row_base = (int64_t(b) * p.heads_q + h) * Sq + m0;
-  if (t < 2 * M) {
-    const int r = t % M;
-    const bool valid = m0 + r < Sq;
-    const float* src = t < M ? p.lse : dsum;
-    float* dst = t < M ? &lse_st[r] : &dsum_st[r];
-    bwd::cp_async4(dst, src + (valid ? row_base + r : 0), valid);
-  }
+  load_q_stats<M>(t, p, dsum, b, h, m0, Sq, lse_st, dsum_st);
 }
 
 // dK (times the softmax scale) and dV of key rows [n0, n0 + BN), of which

@@ -53,6 +53,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 
 #include <cute/tensor.hpp>
@@ -67,6 +68,7 @@
 #include "cuda/bwd_sm90_logits.cuh" // (kLogits) soft-cap / ALiBi passes
 #include "cuda/bwd_sm90_masks.cuh"  // (kMasks) segment scan, mask smem
 #include "cuda/fwd_sm90_kernel.cuh" // wgmma_issue, PAsALayout
+#include "cuda/tile_loader.cuh"     // TileLoader (Q / dO tiles)
 #include "cuda/utils.cuh"           // load_tile, acc_rowcol_layout, convert_regs
 #include "params.h"
 
@@ -263,7 +265,6 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
   // ---- gmem -> smem ----
   typename Traits::GmemCopyIn gcopy;
   auto gthr = gcopy.get_thread_slice(tid);
-  Tensor cQ = gthr.partition_S(make_identity_tensor(Shape<Int<M>, Int<D>>{}));
   Tensor cK = gthr.partition_S(make_identity_tensor(Shape<Int<N>, Int<D>>{}));
   load_kv_tile<Element>(gcopy, gthr, p, b, hkv, n0, sK, sV, cK);
   if constexpr (kMasks) {
@@ -285,10 +286,18 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
   };
   // Q, dO, lse, D of iteration `it` into stage `st` (kMasks with segment
   // ids: the query ids too).
+  // Q / dO tiles through the loader's precomputed addresses (tile_loader.cuh;
+  // rows past Sq zero-filled); head_dim == D here.
+  using QLoader = fwd::TileLoader<Element, typename Traits::SmemLayoutQ, M, D, Traits::kNThreads>;
+  const QLoader qload(smem.q.data(), D, tid);
+  constexpr uint32_t kDoMinusQ = uint32_t(offsetof(Storage, dout) - offsetof(Storage, q));
   auto issue = [&](int it, int st) {
     const int h = hkv * group + it / nm, m0 = m_tile(it) * M;
-    load_q_tile<Element>(gcopy, gthr, tid, p, dsum, b, h, m0, Sq, sQ(_, _, st), sdO(_, _, st), cQ,
-                         smem.lse[st], smem.dsum[st]);
+    const Element* qp = static_cast<const Element*>(p.q) + b * p.q_batch_stride + h * p.q_head_stride;
+    const Element* dp = static_cast<const Element*>(p.dout) + b * p.do_batch_stride + h * p.do_head_stride;
+    qload.template load<true>(qp, p.q_row_stride, m0, st, 0u, Sq - m0);
+    qload.template load<true>(dp, p.do_row_stride, m0, st, kDoMinusQ, Sq - m0);
+    load_q_stats<M>(tid, p, dsum, b, h, m0, Sq, smem.lse[st], smem.dsum[st]);
     if constexpr (kMasks) {
       if (p.q_segment_ids && p.kv_segment_ids && tid < M) {
         const bool valid = m0 + tid < Sq;

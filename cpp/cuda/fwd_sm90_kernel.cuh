@@ -34,7 +34,7 @@
 #include <cutlass/arch/barrier.h>
 
 #include "cuda/fwd_kernel.cuh"  // FwdArgs
-#include "cuda/kv_tile_loader.cuh"
+#include "cuda/tile_loader.cuh"
 #include "cuda/mask.cuh"
 #include "cuda/softmax.cuh"
 #include "cuda/utils.cuh"
@@ -569,12 +569,12 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
   Tensor tQc = gthr.partition_S(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
   Tensor tKVc = gthr.partition_S(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
   // K / V tiles with every row in range (all but the last key tile): the
-  // loader's precomputed addresses (kv_tile_loader.cuh).
-  using KVLoader = KVTileLoader<Element, typename Traits::SmemLayoutKV, kBlockN, kHeadDim, Traits::kNThreads>;
+  // loader's precomputed addresses (tile_loader.cuh).
+  using KVLoader = TileLoader<Element, typename Traits::SmemLayoutKV, kBlockN, kHeadDim, Traits::kNThreads>;
   const KVLoader kv(smem.k.data(), head_dim, tid);
   constexpr uint32_t kVMinusK = uint32_t(offsetof(Storage, v) - offsetof(Storage, k));
-  auto load_k = [&](int n, int stage) { kv.load(k_ptr, p.k_row_stride, n, stage, 0u); };
-  auto load_v = [&](int n, int stage) { kv.load(v_ptr, p.v_row_stride, n, stage, kVMinusK); };
+  auto load_k = [&](int n, int stage) { kv.template load<false>(k_ptr, p.k_row_stride, int64_t(n) * kBlockN, stage, 0u); };
+  auto load_v = [&](int n, int stage) { kv.template load<false>(v_ptr, p.v_row_stride, int64_t(n) * kBlockN, stage, kVMinusK); };
 
   // ---- wgmma partitions ----
   typename Traits::TiledMmaS mma_s;
