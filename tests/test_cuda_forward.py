@@ -59,9 +59,22 @@ def _inputs(seed, b, sq, sk, hq, hkv, d, dtype):
     return mk(b, sq, hq, d), mk(b, sk, hkv, d), mk(b, sk, hkv, d)
 
 
-def _check(b, sq, sk, hq, hkv, d, dtype, causal, seed=0, compare_cpu=True):
+def _rising_max(q, k, slope):
+    """Scores that rise by `slope` (natural-log units) a key toward key 0: the
+    kernels visit key tiles from the last to the first, so every row's running
+    max keeps rising, per tile by less or more than the online softmax's
+    rescale slack (2^8 in exp2 units) depending on the slope and the tile."""
+    scale = 1.0 / np.sqrt(q.shape[-1])
+    bias = (-slope / scale * np.arange(k.shape[1])).astype(np.float32)
+    return q.at[..., 0].set(1), k.at[..., 0].set(jnp.asarray(bias, k.dtype)[None, :, None])
+
+
+def _check(b, sq, sk, hq, hkv, d, dtype, causal, seed=0, compare_cpu=True, rising_slope=None):
     gpu = _GPUS[0]
-    q, k, v = (jax.device_put(x, gpu) for x in _inputs(seed, b, sq, sk, hq, hkv, d, dtype))
+    q, k, v = _inputs(seed, b, sq, sk, hq, hkv, d, dtype)
+    if rising_slope is not None:
+        q, k = _rising_max(q, k, rising_slope)
+    q, k, v = (jax.device_put(x, gpu) for x in (q, k, v))
     scale = 1.0 / np.sqrt(d)
 
     o, lse = jax_flash.attention(q, k, v, causal=causal, scale=None, return_lse=True)
@@ -116,6 +129,24 @@ def test_cuda_forward_matches_reference_odd_seqlens(sq, sk, causal):
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_cuda_forward_gqa_mqa_batch(head_dim, hkv, causal):
     _check(3, 257, 301, 8, hkv, head_dim, jnp.bfloat16, causal)
+
+
+# Rows whose max keeps rising over the visited key tiles: the kernels rescale
+# O only when a row's max moves by more than 2^8, so random scores (whose max
+# settles in the first tile) never reach that branch; these do, every tile
+# (slope 0.3), every few tiles (0.02) or every other tile with P near 2^7
+# stored in 16 bits (0.08 at 64-key tiles).
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("slope", [0.02, 0.08, 0.3])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_cuda_forward_rising_row_max(head_dim, slope, causal):
+    skip_unless_cuda_head_dim(head_dim)
+    _check(1, 333, 701, 2, 1, head_dim, jnp.bfloat16, causal, rising_slope=slope)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_cuda_forward_rising_row_max_fp16(causal):
+    _check(2, 700, 700, 2, 2, 128, jnp.float16, causal, rising_slope=0.08)
 
 
 def test_cuda_forward_fp16_long_causal():

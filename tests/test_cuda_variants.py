@@ -242,10 +242,41 @@ def _max_err(a, b):
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("case", CASES, ids=[c[0].replace(" ", "+") for c in CASES])
 def test_cuda_variant_forward_and_grads_match_reference_and_cpu(case, dtype):
+    _check_case(case, dtype)
+
+
+# Rows whose max keeps rising over the visited key tiles (scores rising by
+# `slope` a key toward key 0; tiles are visited last to first): the forward
+# rescales O only when a row's max moves by more than 2^8, which random
+# scores almost never do after their first tile.
+RISING_CASES = [
+    ("lengths causal", 2, 333, 701, 2, 1, 128),
+    ("softcap", 1, 300, 650, 2, 2, 128),
+    ("alibi causal", 1, 650, 650, 2, 1, 64),
+    ("dropout", 1, 300, 650, 2, 1, 128),
+    ("segments window", 1, 500, 500, 2, 1, 256),
+]
+
+
+@pytest.mark.parametrize("slope", [0.08, 0.3])
+@pytest.mark.parametrize("case", RISING_CASES, ids=[c[0].replace(" ", "+") for c in RISING_CASES])
+def test_cuda_variant_rising_row_max(case, slope):
+    _check_case(case, jnp.bfloat16, rising_slope=slope)
+
+
+def _rising_max(q, k, slope):
+    scale = 1.0 / np.sqrt(q.shape[-1])
+    bias = (-slope / scale * np.arange(k.shape[1])).astype(np.float32)
+    return q.at[..., 0].set(1), k.at[..., 0].set(jnp.asarray(bias, k.dtype)[None, :, None])
+
+
+def _check_case(case, dtype, rising_slope=None):
     name, b, sq, sk, hq, hkv, d = case
     skip_unless_cuda_head_dim(d, variants=True)
     gpu, cpu = _GPUS[0], jax.devices("cpu")[0]
     q, k, v, do = _inputs(3, b, sq, sk, hq, hkv, d, dtype)
+    if rising_slope is not None:
+        q, k = _rising_max(q, k, rising_slope)
     opts = _make_case(name, b, sq, sk, hq, hkv, d, seed=5)
     kw = _ref_kwargs(opts, b, sq, sk, hq)
 

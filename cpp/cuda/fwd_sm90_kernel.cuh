@@ -152,22 +152,22 @@ using PAsALayout = Layout<Shape<Shape<_2, _2, _2>, _1, Int<kBlockN / 16>>,
 
 // Online softmax of one S tile that leaves O alone: P overwrites the raw
 // scores, corr[r] gets the factor by which O must be rescaled (once the
-// P V wgmma of the previous tile, in flight meanwhile, has landed).
+// P V wgmma of the previous tile, in flight meanwhile, has landed); the
+// return value says whether any row of the warp moved its max (else
+// corr is all 1 and the rescale is skipped; OnlineSoftmax::kMaxSlackLog2).
 template <int kRows, class TS>
-__device__ __forceinline__ void softmax_step(OnlineSoftmax<kRows>& sm, TS& acc_s, float (&corr)[kRows],
+__device__ __forceinline__ bool softmax_step(OnlineSoftmax<kRows>& sm, TS& acc_s, float (&corr)[kRows],
                                              float scale_log2) {
   Tensor s = make_tensor(acc_s.data(), acc_rowcol_layout(acc_s.layout()));
   static_assert(decltype(size<0>(s))::value == kRows);
+  bool moved = false;
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
     float m = sm.row_max[r];
 #pragma unroll
     for (int c = 0; c < size<1>(s); ++c) m = fmaxf(m, s(r, c));
-    m = quad_allreduce(m, MaxOp{});
-    // Every score masked so far: max -inf; subtract 0 (exp2(-inf) = 0, no NaN).
-    const float m_sub = (m == -INFINITY) ? 0.f : m * scale_log2;
-    corr[r] = exp2f(sm.row_max[r] * scale_log2 - m_sub);
-    sm.row_max[r] = m;
+    corr[r] = sm.advance(r, quad_allreduce(m, MaxOp{}), scale_log2, moved);
+    const float m_sub = sm.max_sub(r, scale_log2);
     float sum = 0.f;
 #pragma unroll
     for (int c = 0; c < size<1>(s); ++c) {
@@ -177,10 +177,12 @@ __device__ __forceinline__ void softmax_step(OnlineSoftmax<kRows>& sm, TS& acc_s
     }
     sm.row_sum[r] = sm.row_sum[r] * corr[r] + sum;
   }
+  return __any_sync(0xffffffffu, moved);
 }
 
 template <int kRows, class TO>
-__device__ __forceinline__ void rescale_rows(TO& acc_o, float const (&corr)[kRows]) {
+__device__ __forceinline__ void rescale_rows(TO& acc_o, float const (&corr)[kRows], bool moved) {
+  if (!moved) return;  // warp-uniform
   Tensor o = make_tensor(acc_o.data(), acc_rowcol_layout(acc_o.layout()));
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
@@ -752,10 +754,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
       warpgroup_wait<1>();  // S(j)
       warpgroup_fence_operand(acc_s);
       mask_scale(j, acc_s);
-      softmax_step(softmax, acc_s, corr, scale_log2);
+      const bool moved = softmax_step(softmax, acc_s, corr, scale_log2);
       warpgroup_wait<0>();  // P(j + 1) V(j + 1)
       warpgroup_fence_operand(acc_o);
-      rescale_rows(acc_o, corr);
+      rescale_rows(acc_o, corr, moved);
       Tensor rP = convert_regs<Element>(acc_s);
 #pragma unroll
       for (int i = 0; i < size(tOrP); ++i) tOrP(i) = rP(i);
@@ -833,11 +835,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
       warpgroup_wait<1>();  // S(j)
       warpgroup_fence_operand(acc_s);
       mask_scale(j * kBlockN, needs_mask(j, seg_j), seg_j, acc_s);
-      softmax_step(softmax, acc_s, corr, scale_log2);
+      const bool moved = softmax_step(softmax, acc_s, corr, scale_log2);
       if constexpr (kDropout) apply_dropout(acc_s, tSc, tSc0, lsc, batch, head, row0, j * kBlockN);
       warpgroup_wait<0>();  // P V of the previous tile
       warpgroup_fence_operand(acc_o);
-      rescale_rows(acc_o, corr);
+      rescale_rows(acc_o, corr, moved);
       Tensor rP = convert_regs<Element>(acc_s);
 #pragma unroll
       for (int i = 0; i < size(tOrP); ++i) tOrP(i) = rP(i);

@@ -21,25 +21,49 @@ struct OnlineSoftmax {
     }
   }
 
+  // A row's running max moves only when a tile raises it by more than
+  // kMaxSlackLog2 (exp2 units). Until then P = exp2(s - max) stays below
+  // 2^8, far inside the 16-bit range (relative precision does not depend on
+  // magnitude), and O needs no rescale: a warp whose rows all keep their max
+  // skips the O multiply (a uniform branch). The LSE uses the max the sums
+  // were taken against, so it is exact either way.
+  static constexpr float kMaxSlackLog2 = 8.f;
+
+  // Row r's running max after a tile whose quad-reduced max (including the
+  // running one) is m; returns O's factor for the row (1 when it stays) and
+  // sets moved when it changed. Every score masked so far keeps max -inf
+  // ((-inf - -inf) is NaN: no move).
+  __device__ __forceinline__ float advance(int r, float m, float scale_log2, bool& moved) {
+    const float old = row_max[r];
+    const bool move = (m - old) * scale_log2 > kMaxSlackLog2;
+    moved |= move;
+    if (move) row_max[r] = m;
+    return move ? exp2f(old * scale_log2 - m * scale_log2) : 1.f;
+  }
+
+  // The value subtracted inside exp2 for row r: 0 while the row has seen no
+  // key, so that exp2(-inf - 0) = 0 instead of exp2(-inf + inf) = NaN.
+  __device__ __forceinline__ float max_sub(int r, float scale_log2) const {
+    return row_max[r] == -INFINITY ? 0.f : row_max[r] * scale_log2;
+  }
+
   // acc_s: raw masked scores of one K tile -> overwritten with
   // P = exp2(s * scale_log2 - max * scale_log2) (scale_log2 > 0).
-  // acc_o: rescaled by exp2((old_max - new_max) * scale_log2).
+  // acc_o: rescaled when a row's max moved (see kMaxSlackLog2).
   template <class TS, class TO>
   __device__ __forceinline__ void update(TS& acc_s, TO& acc_o, float scale_log2) {
     Tensor s = make_tensor(acc_s.data(), acc_rowcol_layout(acc_s.layout()));
     Tensor o = make_tensor(acc_o.data(), acc_rowcol_layout(acc_o.layout()));
     static_assert(decltype(size<0>(s))::value == kRows);
+    float corr[kRows];
+    bool moved = false;
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       float m = row_max[r];
 #pragma unroll
       for (int c = 0; c < size<1>(s); ++c) m = fmaxf(m, s(r, c));
-      m = quad_allreduce(m, MaxOp{});
-      // A row with every score masked so far keeps max -inf; subtract 0 then,
-      // so that exp2(-inf - 0) = 0 instead of exp2(-inf + inf) = NaN.
-      const float m_sub = (m == -INFINITY) ? 0.f : m * scale_log2;
-      const float corr = exp2f(row_max[r] * scale_log2 - m_sub);
-      row_max[r] = m;
+      corr[r] = advance(r, quad_allreduce(m, MaxOp{}), scale_log2, moved);
+      const float m_sub = max_sub(r, scale_log2);
       float sum = 0.f;
 #pragma unroll
       for (int c = 0; c < size<1>(s); ++c) {
@@ -47,9 +71,14 @@ struct OnlineSoftmax {
         s(r, c) = pv;
         sum += pv;
       }
-      row_sum[r] = row_sum[r] * corr + sum;
+      row_sum[r] = row_sum[r] * corr[r] + sum;
+    }
+    if (__any_sync(0xffffffffu, moved)) {
 #pragma unroll
-      for (int c = 0; c < size<1>(o); ++c) o(r, c) *= corr;
+      for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+        for (int c = 0; c < size<1>(o); ++c) o(r, c) *= corr[r];
+      }
     }
   }
 
