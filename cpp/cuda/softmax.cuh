@@ -8,7 +8,11 @@
 
 namespace jax_flash::cuda::fwd {
 
-template <int kRows>
+// kLazy: O is rescaled only when a row's max rises by more than
+// kMaxSlackLog2 (below); else on every tile, as the SM80 kernels and the
+// Hopper d64 forward do (there the vote and branch cost spills in the loop
+// and measured 2-6% slower; benchmarks/NOTES.md).
+template <int kRows, bool kLazy = false>
 struct OnlineSoftmax {
   float row_max[kRows];  // running max of the raw scores (-inf: nothing seen yet)
   float row_sum[kRows];  // per-thread partial sums (quad-reduced in finalize)
@@ -21,7 +25,7 @@ struct OnlineSoftmax {
     }
   }
 
-  // A row's running max moves only when a tile raises it by more than
+  // kLazy: a row's running max moves only when a tile raises it by more than
   // kMaxSlackLog2 (exp2 units). Until then P = exp2(s - max) stays below
   // 2^8, far inside the 16-bit range (relative precision does not depend on
   // magnitude), and O needs no rescale: a warp whose rows all keep their max
@@ -35,10 +39,16 @@ struct OnlineSoftmax {
   // ((-inf - -inf) is NaN: no move).
   __device__ __forceinline__ float advance(int r, float m, float scale_log2, bool& moved) {
     const float old = row_max[r];
-    const bool move = (m - old) * scale_log2 > kMaxSlackLog2;
-    moved |= move;
-    if (move) row_max[r] = m;
-    return move ? exp2f(old * scale_log2 - m * scale_log2) : 1.f;
+    if constexpr (kLazy) {
+      const bool move = (m - old) * scale_log2 > kMaxSlackLog2;
+      moved |= move;
+      if (move) row_max[r] = m;
+      return move ? exp2f(old * scale_log2 - m * scale_log2) : 1.f;
+    } else {
+      row_max[r] = m;
+      moved = true;
+      return exp2f(old * scale_log2 - max_sub(r, scale_log2));
+    }
   }
 
   // The value subtracted inside exp2 for row r: 0 while the row has seen no
@@ -49,7 +59,8 @@ struct OnlineSoftmax {
 
   // acc_s: raw masked scores of one K tile -> overwritten with
   // P = exp2(s * scale_log2 - max * scale_log2) (scale_log2 > 0).
-  // acc_o: rescaled when a row's max moved (see kMaxSlackLog2).
+  // acc_o: rescaled by exp2((old_max - new_max) * scale_log2) (kLazy: only
+  // in warps where a row's max moved).
   template <class TS, class TO>
   __device__ __forceinline__ void update(TS& acc_s, TO& acc_o, float scale_log2) {
     Tensor s = make_tensor(acc_s.data(), acc_rowcol_layout(acc_s.layout()));
@@ -72,12 +83,18 @@ struct OnlineSoftmax {
         sum += pv;
       }
       row_sum[r] = row_sum[r] * corr[r] + sum;
-    }
-    if (__any_sync(0xffffffffu, moved)) {
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
+      if constexpr (!kLazy) {
 #pragma unroll
         for (int c = 0; c < size<1>(o); ++c) o(r, c) *= corr[r];
+      }
+    }
+    if constexpr (kLazy) {
+      if (__any_sync(0xffffffffu, moved)) {
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+          for (int c = 0; c < size<1>(o); ++c) o(r, c) *= corr[r];
+        }
       }
     }
   }
