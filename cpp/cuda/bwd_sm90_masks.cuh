@@ -136,11 +136,13 @@ __device__ __forceinline__ void masks_t(TC0 const& tSc0_rc, int rb, int cb, cons
 
 // P^T = exp2(S^T scale log2e - lse log2e) on one keys x queries tile, with
 // the masks-only variants' element masks (masks_t) where `mask` (`seg`: the
-// segment ids too).
-template <class TS, class TC, class TC0>
+// segment ids too). make_tm() gives the tile's TileMask, called only where
+// `mask` (its window / lengths bounds were ~40 instructions a step that
+// ptxas did not sink into the branch).
+template <class TS, class TC, class TC0, class MakeTileMask>
 __device__ __forceinline__ void masked_probs_t(TS& s, TC const& tSc_rc, TC0 const& tSc0_rc, const float* lse,
                                                const int* qseg, const int* kseg, float scale_log2, bool mask,
-                                               bool seg, Variant::TileMask tm) {
+                                               bool seg, MakeTileMask&& make_tm) {
   constexpr int kRows = decltype(size<0>(s))::value;
   const int rb = get<0>(tSc_rc(0, 0)) - get<0>(tSc0_rc(0, 0));  // key offset
   const int cb = get<1>(tSc_rc(0, 0)) - get<1>(tSc0_rc(0, 0));  // query offset
@@ -154,7 +156,7 @@ __device__ __forceinline__ void masked_probs_t(TS& s, TC const& tSc_rc, TC0 cons
   // their values are not live beside the exponentials' (interleaved, the
   // d128 kernel ran out of registers: ptxas C7519 at the dV wgmma).
   if (!mask) return;
-  masks_t(tSc0_rc, rb, cb, qseg, kseg, seg, tm, [&](int r, int c) { s(r, c) = 0.f; });
+  masks_t(tSc0_rc, rb, cb, qseg, kseg, seg, make_tm(), [&](int r, int c) { s(r, c) = 0.f; });
 }
 
 }  // namespace jax_flash::cuda::bwd90
