@@ -491,19 +491,18 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
     fwd::wgmma_issue<true, false>(mma_sdp, tSrK, tSrQ(_, _, _, st), acc_s);
     fwd::wgmma_issue<true, false>(mma_sdp, tSrV, tSrdO(_, _, _, st), acc_dp);
     if constexpr (Traits::kLateLoads) loads();
-    // (kMasks) The iteration after next and its flags into the ring.
-    [[maybe_unused]] auto search_ahead = [&]() {
+    // (kMasks) The iteration after next and its flags into the ring. The
+    // logits kernels search here, under the S^T / dP^T wgmmas, on every warp
+    // (moved as the masks-only kernels' search below, ptxas spilled 40-70 B
+    // more in three of their four d128 kernels; not measured).
+    if constexpr (kMasks && kLogits != 0) {  // under the wgmmas
       int f = 0;
       const int it_nn = next_it(msmem.ring[(step + 1) & 3][0], f);
       if (tid == 0) {
         msmem.ring[(step + 2) & 3][0] = it_nn;
         msmem.ring[(step + 2) & 3][1] = f;
       }
-    };
-    // The logits kernels keep it under the S^T / dP^T wgmmas, on every warp:
-    // moved as below, ptxas spilled 40-70 B more in three of their four
-    // kernels (not measured on the GPU).
-    if constexpr (kMasks && kLogits != 0) search_ahead();
+    }
     // (kDropout) The keep bits, under the S^T and dP^T wgmmas.
     [[maybe_unused]] auto keep_bits = [&]() {
       if constexpr (kDropout) {
@@ -660,7 +659,14 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
       // instructions a step), and here, where every warp waits on the tensor
       // cores, rather than before the dS^T barrier, where the others waited
       // for it (ncu: barrier stalls +38%).
-      if (tid < 32) search_ahead();
+      if (tid < 32) {
+        int f = 0;
+        const int it_nn = next_it(msmem.ring[(step + 1) & 3][0], f);
+        if (tid == 0) {
+          msmem.ring[(step + 2) & 3][0] = it_nn;
+          msmem.ring[(step + 2) & 3][1] = f;
+        }
+      }
     }
     warpgroup_wait<0>();
     warpgroup_fence_operand(acc_dv);
