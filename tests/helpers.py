@@ -19,6 +19,17 @@ def random_qkv(seed, batch, sq, sk, hq, hkv, d, dtype, device=None):
     return arrays
 
 
+def rising_max(q, k, slope):
+    """q, k with scores that rise by `slope` (natural-log units, at the default
+    scale) a key toward key 0: the kernels visit key tiles from the last to the
+    first, so every row's running max keeps rising, per tile by less or more
+    than the online softmax's rescale slack (2^8 in exp2 units) depending on
+    the slope and the tile width."""
+    scale = 1.0 / np.sqrt(q.shape[-1])
+    bias = (-slope / scale * np.arange(k.shape[1])).astype(np.float32)
+    return q.at[..., 0].set(1), k.at[..., 0].set(jnp.asarray(bias, k.dtype)[None, :, None])
+
+
 def max_err(a, ref) -> float:
     return float(np.max(np.abs(np.asarray(a, dtype=np.float64) - np.asarray(ref, dtype=np.float64))))
 

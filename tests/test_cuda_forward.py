@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 
 import jax_flash
-from helpers import gpu_devices, skip_unless_cuda_head_dim
+from helpers import gpu_devices, rising_max, skip_unless_cuda_head_dim
 
 _GPUS = gpu_devices()
 # conftest.py skips tests marked gpu where JAX sees no GPU.
@@ -59,21 +59,11 @@ def _inputs(seed, b, sq, sk, hq, hkv, d, dtype):
     return mk(b, sq, hq, d), mk(b, sk, hkv, d), mk(b, sk, hkv, d)
 
 
-def _rising_max(q, k, slope):
-    """Scores that rise by `slope` (natural-log units) a key toward key 0: the
-    kernels visit key tiles from the last to the first, so every row's running
-    max keeps rising, per tile by less or more than the online softmax's
-    rescale slack (2^8 in exp2 units) depending on the slope and the tile."""
-    scale = 1.0 / np.sqrt(q.shape[-1])
-    bias = (-slope / scale * np.arange(k.shape[1])).astype(np.float32)
-    return q.at[..., 0].set(1), k.at[..., 0].set(jnp.asarray(bias, k.dtype)[None, :, None])
-
-
 def _check(b, sq, sk, hq, hkv, d, dtype, causal, seed=0, compare_cpu=True, rising_slope=None):
     gpu = _GPUS[0]
     q, k, v = _inputs(seed, b, sq, sk, hq, hkv, d, dtype)
     if rising_slope is not None:
-        q, k = _rising_max(q, k, rising_slope)
+        q, k = rising_max(q, k, rising_slope)
     q, k, v = (jax.device_put(x, gpu) for x in (q, k, v))
     scale = 1.0 / np.sqrt(d)
 

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 
 import jax_flash
-from helpers import gpu_devices, skip_unless_cuda_head_dim
+from helpers import gpu_devices, rising_max, skip_unless_cuda_head_dim
 
 _GPUS = gpu_devices()
 pytestmark = pytest.mark.gpu
@@ -264,19 +264,13 @@ def test_cuda_variant_rising_row_max(case, slope):
     _check_case(case, jnp.bfloat16, rising_slope=slope)
 
 
-def _rising_max(q, k, slope):
-    scale = 1.0 / np.sqrt(q.shape[-1])
-    bias = (-slope / scale * np.arange(k.shape[1])).astype(np.float32)
-    return q.at[..., 0].set(1), k.at[..., 0].set(jnp.asarray(bias, k.dtype)[None, :, None])
-
-
 def _check_case(case, dtype, rising_slope=None):
     name, b, sq, sk, hq, hkv, d = case
     skip_unless_cuda_head_dim(d, variants=True)
     gpu, cpu = _GPUS[0], jax.devices("cpu")[0]
     q, k, v, do = _inputs(3, b, sq, sk, hq, hkv, d, dtype)
     if rising_slope is not None:
-        q, k = _rising_max(q, k, rising_slope)
+        q, k = rising_max(q, k, rising_slope)
     opts = _make_case(name, b, sq, sk, hq, hkv, d, seed=5)
     kw = _ref_kwargs(opts, b, sq, sk, hq)
 
