@@ -141,3 +141,65 @@ def test_cuda_forward_rising_row_max_fp16(causal):
 
 def test_cuda_forward_fp16_long_causal():
     _check(2, 1031, 2049, 4, 4, 64, jnp.float16, True, compare_cpu=False)
+
+
+# Each case: (name, head_dim, variants, batch, seqlen, heads_q, heads_kv, attention kwargs).
+_ORDER_CASES = [
+    ("plain d128 gqa", 128, False, 2, 777, 8, 2, {}),
+    ("plain d64", 64, False, 3, 300, 4, 4, {}),
+    ("plain d256 mqa", 256, False, 1, 400, 5, 1, {}),
+    ("segments", 128, True, 2, 600, 4, 2, {"segments": True}),
+    ("softcap", 128, True, 2, 333, 4, 2, {"logits_soft_cap": 20.0}),
+    ("dropout", 128, True, 2, 333, 4, 2, {"dropout_rate": 0.1}),
+]
+
+_ORDER_SCRIPT = r"""
+import sys, numpy as np, jax, jax.numpy as jnp, jax_flash
+from jax_flash import _ffi
+cases = eval(sys.argv[2])
+out = {}
+for name, d, variants, b, s, hq, hkv, kw in cases:
+    built = _ffi.cuda_head_dims(variants)
+    if built and not any(x >= d for x in built):
+        continue
+    rng = np.random.default_rng(len(name))
+    mk = lambda *shape: jnp.asarray(rng.standard_normal(shape, dtype=np.float32), jnp.bfloat16)
+    q, k, v = mk(b, s, hq, d), mk(b, s, hkv, d), mk(b, s, hkv, d)
+    kw = dict(kw)
+    if kw.pop("segments", False):
+        ids = jnp.asarray(np.sort(rng.integers(0, 5, (b, s))), jnp.int32)
+        kw.update(q_segment_ids=ids, kv_segment_ids=ids)
+    if "dropout_rate" in kw:
+        kw["dropout_rng"] = jax.random.key(7)
+    o, lse = jax_flash.attention(q, k, v, causal=True, return_lse=True, **kw)
+    out[name + "/o"] = np.asarray(o.astype(jnp.float32))
+    out[name + "/lse"] = np.asarray(lse)
+np.savez(sys.argv[1], **out)
+"""
+
+
+def test_cuda_forward_launch_order_is_bitwise_neutral(tmp_path):
+    """JAX_FLASH_FWD_ORDER (cpp/cuda/tile_order.h) changes which CTA computes
+    which causal query tile, never what a tile computes: outputs and LSE are
+    bitwise equal under head-major, L2-sized sections and sections of 3 pairs
+    (a partial last section), on the plain, masks and logits kernels. The
+    order is read once a process, so each order runs in its own."""
+    import os
+    import subprocess
+    import sys
+
+    results = {}
+    for order in ("heads", "lpt", "lpt:3"):
+        path = tmp_path / f"{order.replace(':', '_')}.npz"
+        env = dict(os.environ, JAX_FLASH_FWD_ORDER=order, XLA_PYTHON_CLIENT_PREALLOCATE="false")
+        run = subprocess.run([sys.executable, "-P", "-c", _ORDER_SCRIPT, str(path), repr(_ORDER_CASES)],
+                             env=env, capture_output=True, text=True, timeout=600)
+        assert run.returncode == 0, run.stderr[-3000:]
+        results[order] = dict(np.load(path))
+    base = results["heads"]
+    assert base, "no case has a kernel in this build"
+    for order in ("lpt", "lpt:3"):
+        assert results[order].keys() == base.keys()
+        for key, want in base.items():
+            assert np.isfinite(want).any(), key
+            np.testing.assert_array_equal(results[order][key], want, err_msg=f"{key} under {order}")

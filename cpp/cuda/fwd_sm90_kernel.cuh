@@ -37,6 +37,7 @@
 #include "cuda/tile_loader.cuh"
 #include "cuda/mask.cuh"
 #include "cuda/softmax.cuh"
+#include "cuda/tile_order.h"
 #include "cuda/utils.cuh"
 #include "cuda/variants.cuh"
 #include "params.h"
@@ -382,9 +383,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
 
   const FwdParams& p = args.p;
   const int tid = threadIdx.x;
-  const int m_block = p.causal ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
-  const int head = blockIdx.y;
-  const int batch = blockIdx.z;
+  const TileCoord tile = fwd_tile_coord(blockIdx.x, blockIdx.y, blockIdx.z, gridDim.x, gridDim.y, gridDim.z,
+                                        p.causal, args.order_group);
+  const int m_block = tile.m_block;
+  const int head = tile.head;
+  const int batch = tile.batch;
   const int head_kv = head / (p.heads_q / p.heads_kv);
   const int row0 = m_block * kBlockM;
   const int rows_left = p.seqlen_q - row0;
