@@ -492,9 +492,44 @@ def _inside_shard_map() -> bool:
         return False
 
 
+def _jaxlib_version() -> tuple:
+    import jaxlib.version
+
+    info = getattr(jaxlib.version, "__version_info__", None)
+    if info is None:  # pragma: no cover - older jaxlib
+        info = tuple(int(x) for x in jaxlib.version.__version__.split(".")[:3] if x.isdigit())
+    return tuple(info)
+
+
+# jaxlib 0.10.0 and 0.10.1: XLA's GSPMD partitioner aborts the process (a failed
+# CHECK in PartitionedHlo::ReshardNoCache, seen on the CPU target) on a custom call
+# inside a shard_map that leaves a mesh axis of size > 1 automatic.
+_GSPMD_PARTIAL_MANUAL_FIXED = (0, 10, 2)
+
+
+def _refuse_gspmd_partial_manual() -> None:
+    """Raise a clear error where the bare kernel call would crash the process."""
+    if _jaxlib_version() >= _GSPMD_PARTIAL_MANUAL_FIXED or jax.config.jax_use_shardy_partitioner:
+        return
+    try:
+        mesh = jax.sharding.get_abstract_mesh()
+        manual = tuple(mesh.manual_axes)
+        auto = tuple(a for a, n in zip(mesh.axis_names, mesh.axis_sizes) if a not in manual and n > 1)
+    except Exception:  # pragma: no cover - API drift
+        return
+    if manual and auto:
+        raise NotImplementedError(
+            f"jax_flash: a kernel inside shard_map over some mesh axes only (manual {manual}, automatic "
+            f"{auto}) crashes XLA's GSPMD partitioner in jaxlib {'.'.join(map(str, _jaxlib_version()))} "
+            f"(fixed in {'.'.join(map(str, _GSPMD_PARTIAL_MANUAL_FIXED))}). Use the Shardy partitioner "
+            "(jax.config.update('jax_use_shardy_partitioner', True), JAX's default), make every mesh axis "
+            "manual, or upgrade jax and jaxlib.")
+
+
 def fwd(q, k, v, scale: float, causal: bool, extras: Extras = NO_EXTRAS):
     """(o, lse) of the forward kernel; shards over batch and heads under jit."""
     if _inside_shard_map():
+        _refuse_gspmd_partial_manual()
         fn = _bare_fwd_fn(float(scale), Mask.of(causal), extras.present())
         return fn(q, k, v, *extras.arrays())
     group = q.shape[-2] // k.shape[-2]
@@ -507,6 +542,7 @@ def bwd(q, k, v, o, lse, do, scale: float, causal: bool, deterministic: bool,
         extras: Extras = NO_EXTRAS):
     """(dq, dk, dv) of the backward kernel; shards over batch and heads under jit."""
     if _inside_shard_map():
+        _refuse_gspmd_partial_manual()
         fn = _bare_bwd_fn(float(scale), Mask.of(causal), bool(deterministic), extras.present())
         return fn(q, k, v, o, lse, do, *extras.arrays())
     group = q.shape[-2] // k.shape[-2]

@@ -600,9 +600,8 @@ def ring_attention(
         for the device's position in the ring, which pieces of the visiting shard
         lie in the band: pieces outside it make no kernel call, the others call
         the kernel with a static mask offset (`lax.switch` over the devices'
-        distinct plans). The K/V shards still travel the whole ring. Like
-        `query_offset` and `logits_soft_cap` in `jax_flash.attention`, windows
-        run on the CPU kernels until the CUDA target has them.
+        distinct plans). The K/V shards still travel the whole ring. The
+        windowed calls run on the variants kernels of either target.
       q_segment_ids, kv_segment_ids: int32 [batch..., seqlen_q / n] and
         [batch..., seqlen_k / n], this device's shards of the segment ids
         (packed documents), in the same token order as q and k/v (zigzag or

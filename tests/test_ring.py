@@ -13,6 +13,7 @@ import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import jax_flash
+from jax_flash import partitioning as _partitioning
 from jax_flash.ring import shard_map
 from helpers import random_qkv
 
@@ -194,7 +195,41 @@ def test_ring_in_shard_map_over_some_mesh_axes(shardy):
         sh = NamedSharding(mesh, P("dp", "sp"))
         args = [jax.device_put(x, sh) for x in (q, k, v)]
         ref = lambda q, k, v: jax_flash.attention(q, k, v, causal=True)
+        if not shardy and _partitioning._jaxlib_version() < _partitioning._GSPMD_PARTIAL_MANUAL_FIXED:
+            # That XLA would abort the process: a clear error instead.
+            with pytest.raises(NotImplementedError, match="GSPMD"):
+                jax.jit(_with_grads(ring, w))(*args)
+            return
         _assert_close(jax.jit(_with_grads(ring, w))(*args), jax.jit(_with_grads(ref, w))(q, k, v))
+    finally:
+        jax.config.update("jax_use_shardy_partitioner", old)
+
+
+@pytest.mark.parametrize("shardy", [True, False], ids=["shardy", "gspmd"])
+def test_old_jaxlib_gspmd_partial_manual_is_refused_not_crashed(shardy, monkeypatch):
+    """jaxlib 0.10.0 / 0.10.1's GSPMD partitioner aborts the process on a custom
+    call inside a shard_map that leaves a mesh axis automatic: jax_flash raises
+    a clear error there instead (at trace time), and only there: Shardy, and a
+    shard_map manual over every axis, trace as usual."""
+    if N_CPU < 4 or not hasattr(jax, "shard_map"):
+        pytest.skip("needs 4 CPU devices and jax.shard_map")
+    monkeypatch.setattr(_partitioning, "_jaxlib_version", lambda: (0, 10, 1))
+    old = jax.config.jax_use_shardy_partitioner
+    jax.config.update("jax_use_shardy_partitioner", shardy)
+    try:
+        mesh = Mesh(np.array(jax.devices("cpu")[:4]).reshape(2, 2), ("dp", "sp"))
+        local = lambda q, k, v: jax_flash.ring_attention(q, k, v, axis_name="sp", causal=True)
+        some = jax.shard_map(local, mesh=mesh, in_specs=(P(None, "sp"),) * 3, out_specs=P(None, "sp"),
+                             axis_names={"sp"})
+        every = jax.shard_map(local, mesh=mesh, in_specs=(P("dp", "sp"),) * 3, out_specs=P("dp", "sp"))
+        q, k, v = random_qkv(52, 4, 16, 16, 4, 2, 8, jnp.float32)
+        w = random_qkv(53, 4, 16, 16, 4, 2, 8, jnp.float32)[0]
+        jax.jit(_with_grads(every, w)).trace(q, k, v)
+        if shardy:
+            jax.jit(_with_grads(some, w)).trace(q, k, v)
+        else:
+            with pytest.raises(NotImplementedError, match=r"manual \('sp',\), automatic \('dp',\).*0\.10\.1"):
+                jax.jit(_with_grads(some, w)).trace(q, k, v)
     finally:
         jax.config.update("jax_use_shardy_partitioner", old)
 
