@@ -1,7 +1,7 @@
-"""The CUDA forward's CTA -> (query tile, head, batch) mapping (cpp/cuda/tile_order.h),
+"""The Hopper kernels' CTA -> (tile, head, batch) mapping (cpp/cuda/tile_order.h),
 checked on the host: every order covers each tile exactly once, head-major is the
 original mapping, the sectioned order runs longest first within each section, and
-JAX_FLASH_FWD_ORDER selects the section size it documents."""
+JAX_FLASH_FWD_ORDER / JAX_FLASH_BWD_ORDER select the section sizes they document."""
 
 from __future__ import annotations
 
@@ -25,10 +25,10 @@ def checker(tmp_path_factory):
     return exe
 
 
-def _run(exe, *args, order=None):
-    env = {k: v for k, v in os.environ.items() if k != "JAX_FLASH_FWD_ORDER"}
+def _run(exe, *args, order=None, var="JAX_FLASH_FWD_ORDER"):
+    env = {k: v for k, v in os.environ.items() if k not in ("JAX_FLASH_FWD_ORDER", "JAX_FLASH_BWD_ORDER")}
     if order is not None:
-        env["JAX_FLASH_FWD_ORDER"] = order
+        env[var] = order
     return subprocess.run([str(exe), *map(str, args)], env=env, capture_output=True, text=True)
 
 
@@ -55,7 +55,28 @@ def test_every_order_maps_the_grid_onto_each_tile_once(checker):
         ("fastest", (8, 16, 2, 1024, 128, 2, 2), 0),      # unknown: head-major
     ],
 )
-def test_order_knob(checker, order, shape, group):
-    out = _run(checker, *shape, order=order)
+def test_forward_order_knob(checker, order, shape, group):
+    out = _run(checker, "fwd", *shape, order=order)
     assert out.returncode == 0, out.stderr
     assert int(out.stdout) == group
+    # The backward's setting is another variable.
+    assert int(_run(checker, "fwd", *shape, order=order, var="JAX_FLASH_BWD_ORDER").stdout) == 0
+
+
+# shape: key_tiles, heads_kv, batch, seqlen_q, head_dim, heads_q, element bytes
+@pytest.mark.parametrize(
+    "order,shape,group",
+    [
+        (None, (64, 16, 2, 8192, 128, 16, 2), 0),
+        ("lpt", (64, 16, 2, 8192, 128, 16, 2), 4),        # 32 MiB / (8k x 128 x (2 + 2 + 4) B)
+        ("lpt", (64, 2, 2, 8192, 128, 16, 2), 1),         # GQA: a kv pair carries 8 q heads' Q, dO, dQ
+        ("lpt", (8, 16, 16, 1024, 64, 16, 2), 64),
+        ("lpt:3", (8, 16, 16, 1024, 64, 16, 2), 3),
+        ("heads", (8, 16, 16, 1024, 64, 16, 2), 0),
+    ],
+)
+def test_backward_order_knob(checker, order, shape, group):
+    out = _run(checker, "bwd", *shape, order=order, var="JAX_FLASH_BWD_ORDER")
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout) == group
+    assert int(_run(checker, "bwd", *shape, order=order).stdout) == 0

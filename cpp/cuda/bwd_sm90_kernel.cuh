@@ -69,6 +69,7 @@
 #include "cuda/bwd_sm90_masks.cuh"  // (kMasks) segment scan, mask smem
 #include "cuda/fwd_sm90_kernel.cuh" // wgmma_issue, PAsALayout
 #include "cuda/tile_loader.cuh"     // TileLoader (Q / dO tiles)
+#include "cuda/tile_order.h"       // tile_coord (launch order)
 #include "cuda/utils.cuh"           // load_tile, acc_rowcol_layout, convert_regs
 #include "params.h"
 
@@ -176,7 +177,7 @@ template <class Traits>
 __global__ void __launch_bounds__(Traits::kNThreads, 1)
 bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restrict__ dsum,
                      float* __restrict__ dq_accum, int* __restrict__ dq_order, const int dq_rotate,
-                     const bool pair_ok) {
+                     const bool pair_ok, const int order_group) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Element = typename Traits::Element;
   constexpr int M = Traits::kBlockM, N = Traits::kBlockN, D = Traits::kHeadDim;
@@ -213,6 +214,12 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
     const int pair = int(lin % pairs);
     hkv = pair % int(gridDim.y);
     b = pair / int(gridDim.y);
+  } else if (order_group > 0) {  // (atomic mode, causal) sectioned longest-first: cuda/tile_order.h
+    const TileCoord tile = tile_coord(blockIdx.x, blockIdx.y, blockIdx.z, n_blocks, gridDim.y, gridDim.z, false,
+                                      order_group);
+    nb = tile.tile;
+    hkv = tile.head;
+    b = tile.batch;
   }
   const int group = p.heads_q / p.heads_kv;
   const int n0 = nb * N;

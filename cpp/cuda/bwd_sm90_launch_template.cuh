@@ -85,8 +85,13 @@ cudaError_t launch_bwd_sm90(const BwdParams& p, BwdLaunchFlags flags, cudaStream
   bwd::launch_preprocess<Element>(p, dsum, accum, D, stream);
   if (p.seqlen_k > 0) {
     const dim3 grid(key_tiles, p.heads_kv, p.batch);
+    // Atomic mode: no CTA waits on another, so any launch order is safe.
+    const int order_group = p.causal && !p.deterministic
+                                ? bwd_order_group(key_tiles, p.heads_kv, p.batch, p.seqlen_q, D, p.heads_q,
+                                                  int(sizeof(Element)))
+                                : 0;
     bwd_sm90_dkdv_kernel<Traits><<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(
-        p, dsum, accum, order, rotate, flags.pair_ok);
+        p, dsum, accum, order, rotate, flags.pair_ok, order_group);
   }
   bwd::launch_dq_convert<Element>(p, accum, D, stream);
   return cudaGetLastError();

@@ -25,7 +25,7 @@ struct FwdArgs {
   FwdParams p;
   float scale_log2;  // scale * log2(e)
   bool vec;          // variants kernel: 16 B vector copies legal (run-time kVec)
-  int order_group = 0;  // (Hopper) causal CTA order: 0 head-major, else sections (cuda/tile_order.h)
+  int order_group = 0;  // (Hopper, causal) CTA order: 0 head-major, else sections (cuda/tile_order.h)
 };
 
 // No variants: an empty stand-in for cuda::Variant.

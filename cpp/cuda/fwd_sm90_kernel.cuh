@@ -383,9 +383,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
 
   const FwdParams& p = args.p;
   const int tid = threadIdx.x;
-  const TileCoord tile = fwd_tile_coord(blockIdx.x, blockIdx.y, blockIdx.z, gridDim.x, gridDim.y, gridDim.z,
-                                        p.causal, args.order_group);
-  const int m_block = tile.m_block;
+  const TileCoord tile = tile_coord(blockIdx.x, blockIdx.y, blockIdx.z, gridDim.x, gridDim.y, gridDim.z, p.causal,
+                                    args.order_group);
+  const int m_block = tile.tile;
   const int head = tile.head;
   const int batch = tile.batch;
   const int head_kv = head / (p.heads_q / p.heads_kv);

@@ -85,8 +85,10 @@ cudaError_t launch_fwd_sm90(const FwdParams& params, cudaStream_t stream) {
   args.scale_log2 = params.scale * 1.4426950408889634f;
   args.vec = true;
   const dim3 grid((params.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, params.heads_q, params.batch);
-  args.order_group = fwd_order_group(grid.x, params.heads_q, params.batch, params.seqlen_k, Traits::kHeadDim,
-                                     params.heads_kv, int(sizeof(typename Traits::Element)));
+  args.order_group = params.causal ? fwd_order_group(grid.x, params.heads_q, params.batch, params.seqlen_k,
+                                                     Traits::kHeadDim, params.heads_kv,
+                                                     int(sizeof(typename Traits::Element)))
+                                   : 0;
   fwd_sm90_kernel<Traits><<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(args);
   return cudaGetLastError();
 }

@@ -1,19 +1,22 @@
-// Which (query tile, head, batch) each CTA of the forward grid computes.
+// Which (tile, head, batch) each CTA of a Hopper attention grid computes.
 //
-// The grid is (query tiles, heads, batch) and the hardware hands CTAs out
+// The grids are (tiles, heads, batch): the forward's query tiles x q heads,
+// the dK/dV kernel's key tiles x kv heads. The hardware hands CTAs out
 // roughly in linear block order (x fastest). Causal tiles differ in work
-// (query tile m visits ~m + 1 key tiles), so the order decides the tail:
-// - kHeadMajor (default): every (batch, head) in turn, its longest tile
-//   first. Its last heads' longest tiles start late and run alone at the end.
-// - sectioned longest-first (group > 0, causal only): (batch, head) pairs in
-//   sections of `group`; within a section, query tiles from the longest down,
-//   the section's pairs side by side. A section's K / V (group x seqlen_k x
-//   head_dim x 2) is sized to stay in L2 while its tiles run.
-// A schedule model (benchmarks/NOTES.md, "Causal forward: the tail") puts the
-// head-major tail at 10-14% of causal forward time on the FA2 grid and the
-// sectioned order at 0-3%. JAX_FLASH_FWD_ORDER picks the order at run time
-// (read once): "heads" (default), "lpt" (sections sized to kL2Budget), or
-// "lpt:N" (sections of N pairs), for A/B runs on the device.
+// (forward query tile m visits ~m + 1 key tiles; backward key tile n sees the
+// query tiles from n on), so the order decides the tail:
+// - head-major (default): every (batch, head) pair in turn, its longest tile
+//   first. The last pairs' longest tiles start late and run alone at the end.
+// - sectioned longest-first (group > 0): pairs in sections of `group`; within
+//   a section the tiles from the longest down, the section's pairs side by
+//   side. A section's L2 working set (forward: K and V; backward: Q, dO and
+//   the dQ accumulator) is sized to kL2Budget.
+// A schedule model (benchmarks/schedule_model.py, NOTES "Causal forward: the
+// tail of the launch order") puts the head-major tail at 10-14% of causal
+// forward time on the FA2 grid and the sectioned order at 0-3%.
+// JAX_FLASH_FWD_ORDER / JAX_FLASH_BWD_ORDER (read once a process) pick the
+// order of the causal forward / atomic-mode backward: "heads" (default),
+// "lpt" (sections sized to kL2Budget) or "lpt:N" (sections of N pairs).
 #pragma once
 
 #include <cstdint>
@@ -29,53 +32,68 @@
 namespace jax_flash::cuda {
 
 struct TileCoord {
-  int m_block, head, batch;
+  int tile, head, batch;
 };
 
-// CTA (bx, by, bz) of a (num_m, heads, batch) grid. Bijective for any
-// group >= 0 (tests/cuda/tile_order_check.cc). The sectioned order counts in
-// 32 bits: fwd_order_group keeps the grid below 2^31 CTAs and group at
-// most the pairs.
-JAX_FLASH_HD TileCoord fwd_tile_coord(int bx, int by, int bz, int num_m, int heads, int batch, bool causal,
-                                      int group) {
-  if (!causal) return {bx, by, bz};
-  if (group <= 0) return {num_m - 1 - bx, by, bz};
+// CTA (bx, by, bz) of a (num_tiles, heads, batch) grid; high_first: tile
+// num_tiles - 1 is the longest (the causal forward), else tile 0 (the causal
+// backward). group 0: head-major. Bijective for every group >= 0
+// (tests/cuda/tile_order_check.cc). The sectioned order counts in 32 bits:
+// order_group keeps the grid below 2^31 CTAs and group at most the pairs.
+JAX_FLASH_HD TileCoord tile_coord(int bx, int by, int bz, int num_tiles, int heads, int batch, bool high_first,
+                                  int group) {
+  if (group <= 0) return {high_first ? num_tiles - 1 - bx : bx, by, bz};
   const unsigned pairs = unsigned(heads) * unsigned(batch);
-  const unsigned lin = unsigned(bx) + unsigned(num_m) * (unsigned(by) + unsigned(heads) * unsigned(bz));
-  const unsigned first = lin / (unsigned(num_m) * unsigned(group)) * unsigned(group);  // the section's first pair
+  const unsigned lin = unsigned(bx) + unsigned(num_tiles) * (unsigned(by) + unsigned(heads) * unsigned(bz));
+  const unsigned first = lin / (unsigned(num_tiles) * unsigned(group)) * unsigned(group);  // the section's first pair
   const unsigned g = pairs - first < unsigned(group) ? pairs - first : unsigned(group);
-  const unsigned within = lin - first * unsigned(num_m);
+  const unsigned within = lin - first * unsigned(num_tiles);
   const unsigned pair = first + within % g;
-  return {num_m - 1 - int(within / g), int(pair % unsigned(heads)), int(pair / unsigned(heads))};
+  const int rank = int(within / g);  // 0 = the longest tile
+  return {high_first ? num_tiles - 1 - rank : rank, int(pair % unsigned(heads)), int(pair / unsigned(heads))};
 }
 
-// Bytes of K and V that a section may keep in L2 (the H100 has 50 MB).
+// L2 bytes a section's pairs may keep (the H100 has 50 MB).
 inline constexpr int64_t kL2Budget = int64_t(32) << 20;
 
-// Host: the forward's section size, in (batch, head) pairs, for a grid of
-// (num_m, heads_q, batch) CTAs over K / V of seqlen_k x head_dim; 0 =
-// head-major. At most every pair; 0 for grids of 2^31 CTAs or more (the
-// kernel's 32-bit count).
+// An order setting: -1 head-major, 0 sections sized to kL2Budget, N > 0
+// sections of N pairs. Unset or unknown: head-major.
+inline long parse_order(const char* s) {
+  if (s != nullptr && std::strcmp(s, "lpt") == 0) return 0;
+  if (s != nullptr && std::strncmp(s, "lpt:", 4) == 0) {
+    const long n = std::strtol(s + 4, nullptr, 10);
+    if (n > 0) return n;
+  }
+  return -1;
+}
+
+// Section size in pairs for setting `mode` on a grid of num_tiles x pairs
+// CTAs; pair_bytes: one pair's L2 working set. 0 = head-major.
+inline int order_group(long mode, int64_t num_tiles, int64_t pairs, int64_t pair_bytes) {
+  if (mode < 0 || pairs <= 0 || num_tiles * pairs >= (int64_t(1) << 31)) return 0;
+  int64_t group = mode;
+  if (group == 0) group = pair_bytes > 0 && pair_bytes < kL2Budget ? kL2Budget / pair_bytes : 1;
+  return int(group < pairs ? group : pairs);
+}
+
+// The causal forward's grid (num_m query tiles, heads_q, batch): a pair's
+// working set is its K and V; the q heads of one kv head share theirs.
 inline int fwd_order_group(int num_m, int heads_q, int batch, int seqlen_k, int head_dim, int heads_kv,
                            int element_bytes) {
-  static const long mode = [] {  // -1: heads; 0: lpt sized to L2; N > 0: lpt:N
-    const char* s = std::getenv("JAX_FLASH_FWD_ORDER");
-    if (s != nullptr && std::strcmp(s, "lpt") == 0) return 0L;
-    if (s != nullptr && std::strncmp(s, "lpt:", 4) == 0) {
-      const long n = std::strtol(s + 4, nullptr, 10);
-      if (n > 0) return n;
-    }
-    return -1L;
-  }();
-  const int64_t pairs = int64_t(heads_q) * batch;
-  if (mode < 0 || pairs <= 0 || int64_t(num_m) * pairs >= (int64_t(1) << 31)) return 0;
-  int64_t group = mode;
-  if (group == 0) {
-    const int64_t kv_head = int64_t(seqlen_k) * head_dim * element_bytes * 2;
-    const int64_t kv_heads = kv_head > 0 && kv_head < kL2Budget ? kL2Budget / kv_head : 1;
-    group = kv_heads * (heads_kv > 0 && heads_q >= heads_kv ? heads_q / heads_kv : 1);
-  }
-  return int(group < pairs ? group : pairs);
+  static const long mode = parse_order(std::getenv("JAX_FLASH_FWD_ORDER"));
+  const int64_t group = heads_kv > 0 && heads_q >= heads_kv ? heads_q / heads_kv : 1;
+  return order_group(mode, num_m, int64_t(heads_q) * batch,
+                     int64_t(seqlen_k) * head_dim * element_bytes * 2 / group);
+}
+
+// The atomic-mode dK/dV grid (key_tiles, heads_kv, batch): a pair's working
+// set is its q heads' Q and dO and their float32 dQ accumulator.
+inline int bwd_order_group(int key_tiles, int heads_kv, int batch, int seqlen_q, int head_dim, int heads_q,
+                           int element_bytes) {
+  static const long mode = parse_order(std::getenv("JAX_FLASH_BWD_ORDER"));
+  const int64_t group = heads_kv > 0 && heads_q >= heads_kv ? heads_q / heads_kv : 1;
+  return order_group(mode, key_tiles, int64_t(heads_kv) * batch,
+                     int64_t(seqlen_q) * head_dim * group * (2 * element_bytes + 4));
 }
 
 }  // namespace jax_flash::cuda
