@@ -39,6 +39,7 @@ import numpy as np
 
 import jax_flash
 from jax_flash.timing import attention_flops, time_fn
+from packed_docs import packed_ids
 
 
 def build(opts, mode):
@@ -50,17 +51,6 @@ def build(opts, mode):
 
 def alibi_slopes(heads):
     return jnp.asarray(2.0 ** (-8.0 * np.arange(1, heads + 1) / heads), jnp.float32)
-
-
-def packed_ids(rng, seqlen, lo, hi):
-    lengths = []
-    while sum(lengths) < seqlen:
-        lengths.append(int(rng.integers(lo, hi + 1)))
-    lengths[-1] -= sum(lengths) - seqlen
-    if lengths[-1] == 0:
-        lengths.pop()
-    ids = np.concatenate([np.full(n, i, np.int32) for i, n in enumerate(lengths)])
-    return ids, lengths
 
 
 def main(argv=None):
@@ -88,6 +78,11 @@ def main(argv=None):
     rng = np.random.default_rng(0)
     records = []
 
+    def save():
+        if args.out:
+            with open(args.out, "w") as fh:
+                json.dump(records, fh, indent=1)
+
     def qkv(b, s):
         return tuple(jnp.asarray(rng.standard_normal((b, s, h, d), dtype=np.float32), dtype) for _ in range(3))
 
@@ -111,9 +106,7 @@ def main(argv=None):
         print(f"{bench:7s} {variant:34s} s={s:5d} {mode:7s} "
               + (f"{rec['ms']:9.3f} ms {tf:7.1f} TFLOP/s" if tf else f"failed: {rec.get('error')}") + extra,
               flush=True)
-        if args.out:
-            with open(args.out, "w") as fh:
-                json.dump(records, fh, indent=1)
+        save()
         return rec
 
     for mode in args.modes:
@@ -138,9 +131,7 @@ def main(argv=None):
                 rec["ideal_vs_noncausal"] = 2 * full / work
                 print(f"window  speedup vs non-causal {rec['speedup_vs_noncausal']:.2f}x "
                       f"(ideal by work {2 * full / work:.2f}x)", flush=True)
-                if args.out:
-                    with open(args.out, "w") as fh:
-                        json.dump(records, fh, indent=1)
+                save()
             del q
         if "packed" in args.benches:
             s = args.packed_seqlen
@@ -168,9 +159,7 @@ def main(argv=None):
                 rec["tflops_vs_equal_docs"] = rec["tflops"] / uni["tflops"]
                 print(f"packed  real-work TFLOP/s / unpacked equal documents TFLOP/s = "
                       f"{rec['tflops_vs_equal_docs']:.3f}", flush=True)
-                if args.out:
-                    with open(args.out, "w") as fh:
-                        json.dump(records, fh, indent=1)
+                save()
             del q
         if "option" in args.benches:
             s = args.option_seqlen

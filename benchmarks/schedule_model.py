@@ -21,6 +21,8 @@ import pathlib
 
 import numpy as np
 
+from packed_docs import packed_ids
+
 HERE = pathlib.Path(__file__).resolve().parent
 
 
@@ -45,17 +47,6 @@ def launch_order(work, pairs: int, group: int):
     for first in range(0, pairs, group):
         out += [work[m] for m in tiles for _ in range(min(group, pairs - first))]
     return out
-
-
-def packed_lengths(rng, seqlen, lo, hi):
-    """bench_variants.packed_ids' document lengths."""
-    lengths = []
-    while sum(lengths) < seqlen:
-        lengths.append(int(rng.integers(lo, hi + 1)))
-    lengths[-1] -= sum(lengths) - seqlen
-    if lengths[-1] == 0:
-        lengths.pop()
-    return lengths
 
 
 def main(argv=None):
@@ -113,7 +104,7 @@ def main(argv=None):
     real_plain = s * (s + 1) / 2 / (bm * bn)
     span_plain = makespan(launch_order(work_plain, args.heads, 0), slots)
     for seed in range(4):
-        lengths = packed_lengths(np.random.default_rng(seed), s, 256, 4096)
+        lengths = packed_ids(np.random.default_rng(seed), s, 256, 4096)[1]
         starts = np.repeat(np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
         work = [(m * bm + bm - 1) // bn - starts[m * bm] // bn + 1 + a for m in range(s // bm)]
         real = sum(n * (n + 1) / 2 for n in lengths) / (bm * bn)

@@ -11,11 +11,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define JAX_FLASH_HD __host__ __device__ __forceinline__
-#else
-#define JAX_FLASH_HD inline
-#endif
+#include "host_device.h"
 
 namespace jax_flash {
 

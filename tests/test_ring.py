@@ -177,19 +177,27 @@ def test_ring_argument_errors():
         jax.jit(_ring_fn(mesh, False, False))(q, k, v)
 
 
+def _dp_sp_rings():
+    """A 2 x 2 ("dp", "sp") CPU mesh and the causal ring over "sp" in shard_map,
+    manual over "sp" only (batch on the automatic "dp") and over both axes."""
+    if N_CPU < 4 or not hasattr(jax, "shard_map"):
+        pytest.skip("needs 4 CPU devices and jax.shard_map")
+    mesh = Mesh(np.array(jax.devices("cpu")[:4]).reshape(2, 2), ("dp", "sp"))
+    local = lambda q, k, v: jax_flash.ring_attention(q, k, v, axis_name="sp", causal=True)
+    some = jax.shard_map(local, mesh=mesh, in_specs=(P(None, "sp"),) * 3, out_specs=P(None, "sp"),
+                         axis_names={"sp"})
+    every = jax.shard_map(local, mesh=mesh, in_specs=(P("dp", "sp"),) * 3, out_specs=P("dp", "sp"))
+    return mesh, some, every
+
+
 @pytest.mark.parametrize("shardy", [True, False], ids=["shardy", "gspmd"])
 def test_ring_in_shard_map_over_some_mesh_axes(shardy):
     """shard_map manual over the sequence axis only, batch on an auto axis:
     correct (XLA gathers the auto batch axis around the kernels)."""
-    if N_CPU < 4 or not hasattr(jax, "shard_map"):
-        pytest.skip("needs 4 CPU devices and jax.shard_map")
+    mesh, ring, _ = _dp_sp_rings()
     old = jax.config.jax_use_shardy_partitioner
     jax.config.update("jax_use_shardy_partitioner", shardy)
     try:
-        mesh = Mesh(np.array(jax.devices("cpu")[:4]).reshape(2, 2), ("dp", "sp"))
-        local = lambda q, k, v: jax_flash.ring_attention(q, k, v, axis_name="sp", causal=True)
-        ring = jax.shard_map(local, mesh=mesh, in_specs=(P(None, "sp"),) * 3, out_specs=P(None, "sp"),
-                             axis_names={"sp"})
         q, k, v = random_qkv(50, 4, 16, 16, 4, 2, 8, jnp.float32)
         w = random_qkv(51, 4, 16, 16, 4, 2, 8, jnp.float32)[0]
         sh = NamedSharding(mesh, P("dp", "sp"))
@@ -211,17 +219,11 @@ def test_old_jaxlib_gspmd_partial_manual_is_refused_not_crashed(shardy, monkeypa
     call inside a shard_map that leaves a mesh axis automatic: jax_flash raises
     a clear error there instead (at trace time), and only there: Shardy, and a
     shard_map manual over every axis, trace as usual."""
-    if N_CPU < 4 or not hasattr(jax, "shard_map"):
-        pytest.skip("needs 4 CPU devices and jax.shard_map")
+    _, some, every = _dp_sp_rings()
     monkeypatch.setattr(_partitioning, "_jaxlib_version", lambda: (0, 10, 1))
     old = jax.config.jax_use_shardy_partitioner
     jax.config.update("jax_use_shardy_partitioner", shardy)
     try:
-        mesh = Mesh(np.array(jax.devices("cpu")[:4]).reshape(2, 2), ("dp", "sp"))
-        local = lambda q, k, v: jax_flash.ring_attention(q, k, v, axis_name="sp", causal=True)
-        some = jax.shard_map(local, mesh=mesh, in_specs=(P(None, "sp"),) * 3, out_specs=P(None, "sp"),
-                             axis_names={"sp"})
-        every = jax.shard_map(local, mesh=mesh, in_specs=(P("dp", "sp"),) * 3, out_specs=P("dp", "sp"))
         q, k, v = random_qkv(52, 4, 16, 16, 4, 2, 8, jnp.float32)
         w = random_qkv(53, 4, 16, 16, 4, 2, 8, jnp.float32)[0]
         jax.jit(_with_grads(every, w)).trace(q, k, v)

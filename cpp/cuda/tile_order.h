@@ -23,11 +23,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#if defined(__CUDACC__)
-#define JAX_FLASH_HD __host__ __device__ __forceinline__
-#else
-#define JAX_FLASH_HD inline
-#endif
+#include "host_device.h"
 
 namespace jax_flash::cuda {
 
@@ -97,5 +93,3 @@ inline int bwd_order_group(int key_tiles, int heads_kv, int batch, int seqlen_q,
 }
 
 }  // namespace jax_flash::cuda
-
-#undef JAX_FLASH_HD
