@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: build with CUDA, run the GPU tests, the sanitizers and the
 # benchmark, keeping logs and JSON under $OUT (the device machine keeps nothing).
-#   bash benchmarks/gpu_session.sh [build] [test] [sanitize] [bench] [bench-grid] [bench-quick]
+#   bash benchmarks/gpu_session.sh [build] [test] [sanitize] [bench] [bench-grid] [bench-quick] [order]
 # JAX_FLASH_CUDA_ARCHS=90a builds for the H100 alone (half the compile time).
 # Needs the nvidia-cutlass wheel in .whl/ (carried; see README "Building for GPU").
 set -uo pipefail
@@ -61,6 +61,23 @@ for stage in $stages; do
     bench-quick)
       python3 benchmarks/bench_attention.py --head-dims 128 --seqlens 1024 4096 16384 \
         --out "$OUT/bench_quick.json" 2>&1 | tee "$OUT/bench_quick.log"
+      ;;
+    order)  # causal launch order A/B (cpp/cuda/tile_order.h): the tests, then heads vs lpt interleaved
+      XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 300 python3 -P -m pytest -m gpu -q -rfE \
+        tests/test_cuda_launch_order.py 2>&1 | tee "$OUT/pytest_order.log" | tail -3
+      for i in 1 2; do
+        for o in heads lpt; do
+          JAX_FLASH_FWD_ORDER=$o JAX_FLASH_BWD_ORDER=$o timeout ${BENCH_TIMEOUT:-300} python3 -P \
+            benchmarks/bench_attention.py --causal yes --head-dims ${ORDER_HEAD_DIMS:-64 128 256} \
+            --impls jax_flash cudnn --out "$OUT/order_${o}_$i.json" >"$OUT/order_${o}_$i.log" 2>&1
+          echo "order $o round $i rc=$?" | tee -a "$OUT/summary.txt"
+        done
+      done
+      for o in heads lpt; do
+        JAX_FLASH_FWD_ORDER=$o JAX_FLASH_BWD_ORDER=$o timeout ${BENCH_TIMEOUT:-300} python3 -P \
+          benchmarks/bench_variants.py --benches packed option --out "$OUT/variants_order_$o.json" \
+          >"$OUT/variants_order_$o.log" 2>&1
+      done
       ;;
   esac
 done
