@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: build with CUDA, run the GPU tests, the sanitizers and the
 # benchmark, keeping logs and JSON under $OUT (the device machine keeps nothing).
-#   bash benchmarks/gpu_session.sh [build] [test] [sanitize] [bench] [bench-grid] [bench-quick] [order]
+#   bash benchmarks/gpu_session.sh [build] [test] [sanitize] [bench] [bench-grid] [bench-quick] [order] [ncu-packed] [pack]
 # JAX_FLASH_CUDA_ARCHS=90a builds for the H100 alone (half the compile time).
 # Needs the nvidia-cutlass wheel in .whl/ (carried; see README "Building for GPU").
 set -uo pipefail
@@ -61,6 +61,19 @@ for stage in $stages; do
     bench-quick)
       python3 benchmarks/bench_attention.py --head-dims 128 --seqlens 1024 4096 16384 \
         --out "$OUT/bench_quick.json" 2>&1 | tee "$OUT/bench_quick.log"
+      ;;
+    ncu-packed)  # where the packed-documents forward loses time against its equal-work unpacked batch
+      ncu --clock-control none --kernel-name regex:fwd_sm90_kernel --section SpeedOfLight --section LaunchStats \
+        --section WarpStateStats --section SchedulerStats --section SourceCounters -f -o "$OUT/packed" \
+        python3 -P benchmarks/prof_packed.py >"$OUT/ncu_packed.log" 2>&1
+      echo "ncu-packed rc=$?" | tee -a "$OUT/summary.txt"
+      ncu --import "$OUT/packed.ncu-rep" --page details --csv >"$OUT/packed_details.csv" 2>&1
+      ncu --import "$OUT/packed.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip >"$OUT/packed_source.csv.gz"
+      rm -f "$OUT/packed.ncu-rep"
+      ;;
+    pack)  # at most 8 files come back from the device: everything else in one archive (last stage)
+      tar czf /tmp/jf_session.tgz -C "$OUT" --exclude=summary.txt . && mv /tmp/jf_session.tgz "$OUT/session.tgz" &&
+        find "$OUT" -mindepth 1 ! -name session.tgz ! -name summary.txt -delete
       ;;
     order)  # causal launch order A/B (cpp/cuda/tile_order.h): the tests, then heads vs lpt interleaved
       XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 300 python3 -P -m pytest -m gpu -q -rfE \
