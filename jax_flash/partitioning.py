@@ -144,8 +144,8 @@ def _bwd_workspace_floats(q, deterministic: bool, variants: bool) -> int:
     may run (padded head dim 64 or 128: plain attention and the masks-only
     variants without segment ids; sized so for every variant there), which
     also needs one int32 order counter per 64 query rows. XLA hands custom calls no reliable
-    scratch allocator, so it travels as an extra, discarded output (the CPU
-    kernel ignores it). The CUDA side rounds each region up to 256 B over the
+    scratch allocator, so it travels as an extra, discarded output (on the CPU,
+    whose kernel ignores it, ffi_bwd asks for one float instead). The CUDA side rounds each region up to 256 B over the
     whole batch (cpp/cuda/bwd_dispatch.h): in atomic mode no slack is needed
     when the row count is a multiple of 64 floats (then this is no bigger than
     cuDNN's scratch), else 128 floats per element cover both round-ups (batch
@@ -166,20 +166,30 @@ def ffi_bwd(q, k, v, o, lse, do, scale: float, causal, deterministic: bool,
     `extras` the optional operands (appended after q, k, v, o, lse, do)."""
     mask = Mask.of(causal)
     variants = mask._replace(causal=False) != Mask() or extras.present() != 0
-    out_types = (
-        _result(q.shape, q.dtype, q),
-        _result(k.shape, k.dtype, q),
-        _result(v.shape, v.dtype, q),
-        _result(q.shape[:-3] + (_bwd_workspace_floats(q, deterministic, variants),),
-                jnp.float32, q),
-    )
-    call = jax.ffi.ffi_call(_ffi.BWD_TARGET, out_types, vmap_method="broadcast_all")
-    dq, dk, dv, _workspace = call(
-        q, k, v, o, lse, do, *extras.arrays(),
-        scale=np.float32(scale), deterministic=bool(deterministic),
-        optional_inputs=np.int64(extras.present()), **mask.ffi_attrs(),
-    )
-    return dq, dk, dv
+
+    def with_workspace(floats):
+        def call(q, k, v, o, lse, do, *aux):
+            out_types = (
+                _result(q.shape, q.dtype, q),
+                _result(k.shape, k.dtype, q),
+                _result(v.shape, v.dtype, q),
+                _result(q.shape[:-3] + (floats,), jnp.float32, q),
+            )
+            call = jax.ffi.ffi_call(_ffi.BWD_TARGET, out_types, vmap_method="broadcast_all")
+            dq, dk, dv, _workspace = call(
+                q, k, v, o, lse, do, *aux,
+                scale=np.float32(scale), deterministic=bool(deterministic),
+                optional_inputs=np.int64(extras.present()), **mask.ffi_attrs(),
+            )
+            return dq, dk, dv
+
+        return call
+
+    # The workspace is the CUDA kernels' scratch; the CPU kernel ignores it, so
+    # the CPU lowering asks for one float a batch element, not a dq-sized buffer.
+    return jax.lax.platform_dependent(
+        q, k, v, o, lse, do, *extras.arrays(), cpu=with_workspace(1),
+        default=with_workspace(_bwd_workspace_floats(q, deterministic, variants)))
 
 
 # ---------------------------------------------------------------------------

@@ -181,3 +181,17 @@ def test_fully_masked_free_rows_have_finite_grads():
     fn = lambda a, b, c: jax_flash.attention(a, b, c, causal=True)
     for g in _grads(fn, q, k, v, do):
         assert np.isfinite(np.asarray(g)).all()
+
+
+def test_cuda_backward_compiles_to_one_kernel_call_without_a_conditional():
+    """ffi_bwd picks the workspace size per platform (jax.lax.platform_dependent):
+    on the GPU the compiled program must hold the backward custom call alone,
+    no conditional around it (a conditional would read its branch index back
+    to the host on every call)."""
+    dev = _GPUS[0]
+    q = jax.device_put(jnp.ones((2, 300, 4, 64), jnp.bfloat16), dev)
+    f = jax.jit(jax.grad(lambda q, k, v: jnp.sum(jax_flash.attention(q, k, v, causal=True).astype(jnp.float32)),
+                         argnums=(0, 1, 2)))
+    hlo = f.lower(q, q, q).compile().as_text()
+    assert hlo.count('custom_call_target="jax_flash_bwd"') == 1, hlo
+    assert "conditional(" not in hlo, hlo

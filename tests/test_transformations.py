@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -129,3 +131,36 @@ def test_fwd_bwd_temp_memory_is_linear_in_seqlen():
         mem = f.lower(s, s, s).compile().memory_analysis()
         assert mem is not None
         assert mem.temp_size_in_bytes < 64 * 2**20, mem
+
+
+def _bwd_workspace_shape(platform, q, k, v, **opts):
+    """The shape of the backward custom call's workspace result when the
+    gradient is lowered for `platform` (no device of it needed)."""
+    f = jax.jit(jax.grad(lambda q, k, v: jnp.sum(jax_flash.attention(q, k, v, **opts).astype(jnp.float32)),
+                         argnums=(0, 1, 2)))
+    text = f.trace(q, k, v).lower(lowering_platforms=(platform,)).as_text()
+    calls = [line for line in text.splitlines() if "@jax_flash_bwd" in line]
+    assert len(calls) == 1, calls
+    results = re.findall(r"tensor<([0-9x]+)x(?:f32|bf16|f16)>", calls[0].split("->")[-1])
+    return tuple(int(n) for n in results[-1].split("x"))
+
+
+@pytest.mark.parametrize("opts", [dict(causal=True), dict(causal=True, deterministic=True),
+                                  dict(local_window_size=(100, 0))], ids=["causal", "deterministic", "window"])
+def test_bwd_workspace_is_allocated_for_cuda_only(opts):
+    """The backward's float32 scratch (an extra FFI output, ~ dq in size) is the
+    CUDA kernels'; the CPU kernel ignores it, so the CPU lowering asks for one
+    float a batch element and the CUDA lowering for the full size."""
+    from jax_flash import partitioning
+
+    q = jax.ShapeDtypeStruct((2, 1000, 8, 64), jnp.bfloat16)
+    k = jax.ShapeDtypeStruct((2, 1000, 4, 64), jnp.bfloat16)
+    variants = "local_window_size" in opts
+    want = partitioning._bwd_workspace_floats(q, opts.get("deterministic", False), variants)
+    assert want > 8 * 1000 * 64
+    assert _bwd_workspace_shape("cpu", q, k, k, **opts) == (2, 1)
+    assert _bwd_workspace_shape("cuda", q, k, k, **opts) == (2, want)
+    # XLA folds the per-platform choice away: no conditional is left to run.
+    f = jax.jit(jax.grad(lambda q, k, v: jnp.sum(jax_flash.attention(q, k, v, **opts).astype(jnp.float32)),
+                         argnums=(0, 1, 2)))
+    assert "conditional(" not in f.lower(q, k, k).compile().as_text()
