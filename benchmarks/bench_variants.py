@@ -39,7 +39,7 @@ import numpy as np
 
 import jax_flash
 from jax_flash.timing import attention_flops, time_fn
-from packed_docs import packed_ids
+from packed_docs import equal_work_batch, packed_ids
 
 
 def build(opts, mode):
@@ -150,8 +150,7 @@ def main(argv=None):
             # Short documents run below a 16k sequence's rate even unpacked
             # (per-CTA start and end against short rows): the same tokens and
             # the same causal work as a batch of equal documents, unpacked.
-            n_eq = max(1, round(sum(n * n for n in lengths) / s))
-            b_eq = max(1, round(s / n_eq))
+            b_eq, n_eq = equal_work_batch(lengths, s)
             q = qkv(b_eq, n_eq)
             uni = timed("packed", f"plain causal, {b_eq} x {n_eq} (equal work)", dict(causal=True), q, mode,
                         attention_flops(b_eq, n_eq, n_eq, h, d, True, mode))

@@ -8,12 +8,11 @@ import jax.numpy as jnp
 import numpy as np
 
 import jax_flash
-from packed_docs import packed_ids
+from packed_docs import equal_work_batch, packed_ids
 
 S, H, D = 16384, 16, 128
 ids, lengths = packed_ids(np.random.default_rng(1), S, 256, 4096)
-n_eq = max(1, round(sum(n * n for n in lengths) / S))
-b_eq = max(1, round(S / n_eq))
+b_eq, n_eq = equal_work_batch(lengths, S)
 print(f"{len(lengths)} documents {lengths}; equal-work batch {b_eq} x {n_eq}", flush=True)
 
 

@@ -143,13 +143,14 @@ def _bwd_workspace_floats(q, deterministic: bool, variants: bool) -> int:
     kernel's) in atomic mode, and in deterministic mode where the Hopper kernel
     may run (padded head dim 64 or 128: plain attention and the masks-only
     variants without segment ids; sized so for every variant there), which
-    also needs one int32 order counter per 64 query rows. XLA hands custom calls no reliable
-    scratch allocator, so it travels as an extra, discarded output (on the CPU,
-    whose kernel ignores it, ffi_bwd asks for one float instead). The CUDA side rounds each region up to 256 B over the
-    whole batch (cpp/cuda/bwd_dispatch.h): in atomic mode no slack is needed
-    when the row count is a multiple of 64 floats (then this is no bigger than
-    cuDNN's scratch), else 128 floats per element cover both round-ups (batch
-    >= 1); the counters' region adds 64 more."""
+    also needs one int32 order counter per 64 query rows. XLA hands custom
+    calls no reliable scratch allocator, so it travels as an extra, discarded
+    output (on the CPU, whose kernel ignores it, ffi_bwd asks for one float
+    instead). The CUDA side rounds each region up to 256 B over the whole batch
+    (cpp/cuda/bwd_dispatch.h): in atomic mode no slack is needed when the row
+    count is a multiple of 64 floats (then this is no bigger than cuDNN's
+    scratch), else 128 floats per element cover both round-ups (batch >= 1);
+    the counters' region adds 64 more."""
     sq, hq, d = q.shape[-3:]
     d_pad = _kernel_head_dim(d, variants)
     rows = hq * sq * math.prod(q.shape[:-3])
@@ -168,7 +169,7 @@ def ffi_bwd(q, k, v, o, lse, do, scale: float, causal, deterministic: bool,
     variants = mask._replace(causal=False) != Mask() or extras.present() != 0
 
     def with_workspace(floats):
-        def call(q, k, v, o, lse, do, *aux):
+        def run(q, k, v, o, lse, do, *aux):
             out_types = (
                 _result(q.shape, q.dtype, q),
                 _result(k.shape, k.dtype, q),
@@ -183,7 +184,7 @@ def ffi_bwd(q, k, v, o, lse, do, scale: float, causal, deterministic: bool,
             )
             return dq, dk, dv
 
-        return call
+        return run
 
     # The workspace is the CUDA kernels' scratch; the CPU kernel ignores it, so
     # the CPU lowering asks for one float a batch element, not a dq-sized buffer.
