@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import pathlib
 import sys
 
 import jax
@@ -39,6 +40,7 @@ import numpy as np
 
 import jax_flash
 from jax_flash.timing import attention_flops, time_fn
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # python -P leaves the script's folder off the path
 from packed_docs import equal_work_batch, packed_ids
 
 

@@ -18,9 +18,11 @@ import argparse
 import heapq
 import json
 import pathlib
+import sys
 
 import numpy as np
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # python -P leaves the script's folder off the path
 from packed_docs import packed_ids
 
 HERE = pathlib.Path(__file__).resolve().parent
