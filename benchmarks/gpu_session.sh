@@ -63,7 +63,7 @@ for stage in $stages; do
         --out "$OUT/bench_quick.json" 2>&1 | tee "$OUT/bench_quick.log"
       ;;
     ncu-packed)  # where the packed-documents forward loses time against its equal-work unpacked batch
-      ncu --clock-control none --kernel-name regex:fwd_sm90_kernel --section SpeedOfLight --section LaunchStats \
+      timeout ${NCU_TIMEOUT:-300} ncu --clock-control none --kernel-name regex:fwd_sm90_kernel --section SpeedOfLight --section LaunchStats \
         --section WarpStateStats --section SchedulerStats --section SourceCounters -f -o "$OUT/packed" \
         python3 -P benchmarks/prof_packed.py >"$OUT/ncu_packed.log" 2>&1
       echo "ncu-packed rc=$?" | tee -a "$OUT/summary.txt"
@@ -75,17 +75,17 @@ for stage in $stages; do
       tar czf /tmp/jf_session.tgz -C "$OUT" --exclude=summary.txt . && mv /tmp/jf_session.tgz "$OUT/session.tgz" &&
         find "$OUT" -mindepth 1 ! -name session.tgz ! -name summary.txt -delete
       ;;
-    order)  # causal launch order A/B (cpp/cuda/tile_order.h), heads vs lpt interleaved; the test
+    order)  # causal launch order A/B (cpp/cuda/tile_order.h), heads vs auto interleaved; the test
             # stage's suite holds tests/test_cuda_launch_order.py (same results under every order)
-      for i in 1 2; do
-        for o in heads lpt; do
+      for i in $(seq ${ORDER_ROUNDS:-2}); do
+        for o in heads auto; do
           JAX_FLASH_FWD_ORDER=$o JAX_FLASH_BWD_ORDER=$o timeout ${BENCH_TIMEOUT:-300} python3 -P \
             benchmarks/bench_attention.py --causal yes --head-dims ${ORDER_HEAD_DIMS:-64 128 256} \
             --impls jax_flash cudnn --out "$OUT/order_${o}_$i.json" >"$OUT/order_${o}_$i.log" 2>&1
           echo "order $o round $i rc=$?" | tee -a "$OUT/summary.txt"
         done
       done
-      for o in heads lpt; do
+      for o in heads auto; do
         JAX_FLASH_FWD_ORDER=$o JAX_FLASH_BWD_ORDER=$o timeout ${BENCH_TIMEOUT:-300} python3 -P \
           benchmarks/bench_variants.py --benches packed option --out "$OUT/variants_order_$o.json" \
           >"$OUT/variants_order_$o.log" 2>&1

@@ -42,7 +42,11 @@ def test_every_order_maps_the_grid_onto_each_tile_once(checker):
 @pytest.mark.parametrize(
     "order,shape,group",
     [
-        (None, (128, 16, 1, 16384, 128, 16, 2), 0),       # default: head-major
+        (None, (128, 16, 1, 16384, 128, 16, 2), 4),       # default (auto): sectioned from 8 tiles
+        ("auto", (128, 16, 1, 16384, 128, 16, 2), 4),
+        (None, (7, 16, 32, 896, 128, 16, 2), 0),          # auto below 8 tiles a pair: head-major
+        (None, (4, 16, 32, 512, 128, 16, 2), 0),
+        ("lpt", (4, 16, 32, 512, 128, 16, 2), 128),
         ("heads", (128, 16, 1, 16384, 128, 16, 2), 0),
         ("lpt", (128, 16, 1, 16384, 128, 16, 2), 4),      # 32 MiB / (16k x 128 x 2 B x K,V)
         ("lpt", (8, 16, 2, 1024, 128, 2, 2), 32),         # GQA: 64 kv heads' worth, capped at the 32 pairs
@@ -51,8 +55,9 @@ def test_every_order_maps_the_grid_onto_each_tile_once(checker):
         ("lpt", (1 << 16, 1 << 10, 64, 64, 64, 1, 2), 0),  # 2^32 CTAs: head-major
         ("lpt:6", (8, 16, 2, 1024, 128, 2, 2), 6),
         ("lpt:100", (8, 16, 2, 1024, 128, 2, 2), 32),     # capped at the pairs
-        ("lpt:0", (8, 16, 2, 1024, 128, 2, 2), 0),        # not a size: head-major
-        ("fastest", (8, 16, 2, 1024, 128, 2, 2), 0),      # unknown: head-major
+        ("lpt:0", (8, 16, 2, 1024, 128, 2, 2), 32),       # not a size: the default
+        ("fastest", (8, 16, 2, 1024, 128, 2, 2), 32),     # unknown: the default
+        ("heads", (8, 16, 2, 1024, 128, 2, 2), 0),
     ],
 )
 def test_forward_order_knob(checker, order, shape, group):
@@ -60,14 +65,16 @@ def test_forward_order_knob(checker, order, shape, group):
     assert out.returncode == 0, out.stderr
     assert int(out.stdout) == group
     # The backward's setting is another variable.
-    assert int(_run(checker, "fwd", *shape, order=order, var="JAX_FLASH_BWD_ORDER").stdout) == 0
+    other = _run(checker, "fwd", *shape, order=order, var="JAX_FLASH_BWD_ORDER")
+    assert other.stdout == _run(checker, "fwd", *shape).stdout
 
 
 # shape: key_tiles, heads_kv, batch, seqlen_q, head_dim, heads_q, element bytes
 @pytest.mark.parametrize(
     "order,shape,group",
     [
-        (None, (64, 16, 2, 8192, 128, 16, 2), 0),
+        (None, (64, 16, 2, 8192, 128, 16, 2), 4),         # default (auto): sectioned from 8 tiles
+        (None, (4, 16, 32, 512, 128, 16, 2), 0),
         ("lpt", (64, 16, 2, 8192, 128, 16, 2), 4),        # 32 MiB / (8k x 128 x (2 + 2 + 4) B)
         ("lpt", (64, 2, 2, 8192, 128, 16, 2), 1),         # GQA: a kv pair carries 8 q heads' Q, dO, dQ
         ("lpt", (8, 16, 16, 1024, 64, 16, 2), 64),
@@ -79,4 +86,4 @@ def test_backward_order_knob(checker, order, shape, group):
     out = _run(checker, "bwd", *shape, order=order, var="JAX_FLASH_BWD_ORDER")
     assert out.returncode == 0, out.stderr
     assert int(out.stdout) == group
-    assert int(_run(checker, "bwd", *shape, order=order).stdout) == 0
+    assert _run(checker, "bwd", *shape, order=order).stdout == _run(checker, "bwd", *shape).stdout

@@ -5,18 +5,22 @@
 // roughly in linear block order (x fastest). Causal tiles differ in work
 // (forward query tile m visits ~m + 1 key tiles; backward key tile n sees the
 // query tiles from n on), so the order decides the tail:
-// - head-major (default): every (batch, head) pair in turn, its longest tile
-//   first. The last pairs' longest tiles start late and run alone at the end.
+// - head-major: every (batch, head) pair in turn, its longest tile first.
+//   The last pairs' longest tiles start late and run alone at the end.
 // - sectioned longest-first (group > 0): pairs in sections of `group`; within
 //   a section the tiles from the longest down, the section's pairs side by
 //   side. A section's L2 working set (forward: K and V; backward: Q, dO and
 //   the dQ accumulator) is sized to kL2Budget.
 // A schedule model (benchmarks/schedule_model.py, NOTES "Causal forward: the
-// tail of the launch order") puts the head-major tail at 10-14% of causal
-// forward time on the FA2 grid and the sectioned order at 0-3%.
+// tail of the launch order") put the head-major tail at 10-14% of causal
+// forward time on the FA2 grid; on the H100 the sectioned order measured
+// +5-8% causal forward and +2-6% forward+backward from 2k-4k tokens (d64,
+// d128, d256), and -6% forward at 512 d128 (4 tiles a pair), so the default
+// takes it from kAutoMinTiles tiles a pair on (NOTES, twelfth session).
 // JAX_FLASH_FWD_ORDER / JAX_FLASH_BWD_ORDER (read once a process) pick the
-// order of the causal forward / atomic-mode backward: "heads" (default),
-// "lpt" (sections sized to kL2Budget) or "lpt:N" (sections of N pairs).
+// order of the causal forward / atomic-mode backward: "auto" (default),
+// "heads", "lpt" (sections sized to kL2Budget) or "lpt:N" (sections of N
+// pairs).
 #pragma once
 
 #include <cstdint>
@@ -52,20 +56,26 @@ JAX_FLASH_HD TileCoord tile_coord(int bx, int by, int bz, int num_tiles, int hea
 // L2 bytes a section's pairs may keep (the H100 has 50 MB).
 inline constexpr int64_t kL2Budget = int64_t(32) << 20;
 
-// An order setting: -1 head-major, 0 sections sized to kL2Budget, N > 0
-// sections of N pairs. Unset or unknown: head-major.
+// An order setting: kOrderAuto, kOrderHeads, 0 sections sized to kL2Budget,
+// N > 0 sections of N pairs. Unset or unknown: kOrderAuto.
+inline constexpr long kOrderAuto = -2, kOrderHeads = -1;
+// kOrderAuto's threshold: grids of fewer tiles a pair stay head-major.
+inline constexpr int64_t kAutoMinTiles = 8;
+
 inline long parse_order(const char* s) {
+  if (s != nullptr && std::strcmp(s, "heads") == 0) return kOrderHeads;
   if (s != nullptr && std::strcmp(s, "lpt") == 0) return 0;
   if (s != nullptr && std::strncmp(s, "lpt:", 4) == 0) {
     const long n = std::strtol(s + 4, nullptr, 10);
     if (n > 0) return n;
   }
-  return -1;
+  return kOrderAuto;
 }
 
 // Section size in pairs for setting `mode` on a grid of num_tiles x pairs
 // CTAs; pair_bytes: one pair's L2 working set. 0 = head-major.
 inline int order_group(long mode, int64_t num_tiles, int64_t pairs, int64_t pair_bytes) {
+  if (mode == kOrderAuto) mode = num_tiles >= kAutoMinTiles ? 0 : kOrderHeads;
   if (mode < 0 || pairs <= 0 || num_tiles * pairs >= (int64_t(1) << 31)) return 0;
   int64_t group = mode;
   if (group == 0) group = pair_bytes > 0 && pair_bytes < kL2Budget ? kL2Budget / pair_bytes : 1;
