@@ -69,6 +69,9 @@ struct Sm90Traits {
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kNThreads = 128 * kWarpgroups;
   static constexpr int kStages = 2;
+  // (kMasks) Key tiles a query tile's segment walk keeps as bits in shared
+  // memory (MaskScalars::meet / mixed); longer ranges read global memory.
+  static constexpr int kWalkWords = 64;
   // O rescaled only when a row's max moves by more than 2^8 (OnlineSoftmax):
   // +1-6% forward at d128 / d256, -2-6% at d64 (spills), H100 A/B in NOTES.
   static constexpr bool kLazyRescale = kHeadDim >= 128;
@@ -110,6 +113,19 @@ struct Sm90Traits {
     int full_lo, full_hi;      // tiles [full_lo, full_hi] need no band / length mask
     int q_mn, q_mx;            // the query tile's segment-id range
     int kv_len, rows;          // valid keys; valid rows of this query tile
+    int walk_bits;             // (segment ranges) prev_tile searches meet / mixed, not the ranges in gmem
+    int bits_lo;               // (walk_bits) the key tile of bit 0
+    // (segment ids) The ids a boundary tile compares, in shared memory: the
+    // query tile's, loaded once, and each K slot's, loaded with K (cp.async).
+    // Read from global memory after the S wgmma, their latency was ~9% of the
+    // packed-documents forward's stall samples (ncu, NOTES).
+    int q_ids[kBlockM];
+    int kv_ids[kStages][kBlockN];
+    // (walk_bits) Per key tile from bits_lo, set by the prologue's scan of
+    // the 16-key ranges: meet, some key's id may equal a row's; mixed, the
+    // tile and query tile are not all one id. prev_tile then walks bits, not
+    // eight global loads a tile (~9% of the stall samples).
+    uint32_t meet[kWalkWords], mixed[kWalkWords];
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage)) + (kMasks ? int(sizeof(MaskScalars)) : 0);
 
@@ -321,8 +337,8 @@ __device__ __forceinline__ void apply_dropout(TS& acc_s, TC const& tSc, TC0 cons
 // thread's offset against an immediate; from tSc per element, the compiler
 // hoisted 64 coordinate values out of the key loop and spilled them (d64).
 template <class TS, class TC, class TC0, class MS>
-__device__ __forceinline__ void apply_variant_mask(TS& acc_s, TC const& tSc, TC0 const& tSc0, const FwdParams& p,
-                                                   int batch, const MS* ms, int row0, int col0, bool seg) {
+__device__ __forceinline__ void apply_variant_mask(TS& acc_s, TC const& tSc, TC0 const& tSc0, const MS* ms, int col0,
+                                                   const int* kv_ids, bool seg) {
   Tensor s = make_tensor(acc_s.data(), acc_rowcol_layout(acc_s.layout()));
   Tensor c0 = make_tensor(tSc0.data(), acc_rowcol_layout(tSc0.layout()));
   constexpr int kRows = decltype(size<0>(s))::value;
@@ -344,11 +360,7 @@ __device__ __forceinline__ void apply_variant_mask(TS& acc_s, TC const& tSc, TC0
   if (seg) {
     int qid[kRows];
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const int row = row0 + rb + get<0>(c0(r, 0));
-      qid[r] = row < p.seqlen_q ? int(p.q_segment_ids[int64_t(batch) * p.seqlen_q + row]) : 0;
-    }
-    const int32_t* kv_ids = p.kv_segment_ids + int64_t(batch) * p.seqlen_k;
+    for (int r = 0; r < kRows; ++r) qid[r] = ms->q_ids[rb + get<0>(c0(r, 0))];
     // At most eight columns' id loads in flight: the compiler barrier
     // (memory clobber) stops all BN/4 of them (32 at d64) being hoisted
     // together into registers that the 128-register cap does not have.
@@ -357,9 +369,9 @@ __device__ __forceinline__ void apply_variant_mask(TS& acc_s, TC const& tSc, TC0
     for (int j0 = 0; j0 < size<1>(s); j0 += kChunk) {
 #pragma unroll
       for (int j = j0; j < j0 + kChunk && j < size<1>(s); ++j) {
-        const int col = col0 + cb + get<1>(c0(0, j));
-        if (col >= ms->kv_len) continue;  // masked above (and maybe past seqlen_k)
-        const int kid = int(kv_ids[col]);
+        const int c = cb + get<1>(c0(0, j));
+        if (col0 + c >= ms->kv_len) continue;  // masked above (and maybe past seqlen_k)
+        const int kid = kv_ids[c];
 #pragma unroll
         for (int r = 0; r < kRows; ++r)
           if (kid != qid[r]) s(r, j) = -INFINITY;
@@ -433,8 +445,16 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
     // meet the query tile's: the visited range narrows to them, and when
     // every block there holds the query tile's single id, prev_tile needs
     // no per-tile search (one document, a query tile inside a long one).
-    const bool seg_scan = lo < hi && p.q_segment_ids != nullptr && p.kv_segment_ids != nullptr &&
-                          p.q_segment_ranges != nullptr && p.kv_segment_ranges != nullptr;
+    const bool seg_ids = p.q_segment_ids != nullptr && p.kv_segment_ids != nullptr;
+    const bool seg_scan = lo < hi && seg_ids && p.q_segment_ranges != nullptr && p.kv_segment_ranges != nullptr;
+    const bool walk_bits = seg_scan && hi - lo <= Traits::kWalkWords * 32;
+    if (seg_ids) {
+      for (int r = tid; r < kBlockM; r += Traits::kNThreads)
+        ms->q_ids[r] = row0 + r < p.seqlen_q ? int(p.q_segment_ids[int64_t(batch) * p.seqlen_q + row0 + r]) : 0;
+    }
+    if (walk_bits) {
+      for (int w = tid; w < Traits::kWalkWords; w += Traits::kNThreads) ms->meet[w] = ms->mixed[w] = 0u;
+    }
     if (tid == 0) {
       // Variant::tile_mask at col0 = 0 (unbounded sides far outside +-2^30).
       const int64_t base = int64_t(row0) + var.offset;
@@ -450,6 +470,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
       ms->full_hi = full_hi;
       ms->q_mn = q_rng.mn;
       ms->q_mx = q_rng.mx;
+      ms->walk_bits = walk_bits;
+      ms->bits_lo = lo;
       if constexpr (kLogits != 0) {
         auto* ls = reinterpret_cast<typename Traits::LogitScalars*>(smem_raw + sizeof(Storage) + sizeof(MaskScalars));
         ls->pos0 = int64_t(row0) + var.offset;
@@ -474,10 +496,16 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
         Variant::SegRange kr;
         kr.mn = rng[2 * bb];
         kr.mx = rng[2 * bb + 1];
-        if (!Variant::disjoint(q_rng, kr)) {
+        const bool meets = !Variant::disjoint(q_rng, kr);
+        if (meets) {
           t_lo = min(t_lo, bb / kPer);
           t_hi = max(t_hi, bb / kPer);
           same += Variant::same_single(q_rng, kr) ? 1 : 0;
+        }
+        if (walk_bits) {  // a tile meets if one of its blocks does; mixed if one is not all the query's id
+          const int t = bb / kPer - lo;
+          if (meets) atomicOr(&ms->meet[t >> 5], 1u << (t & 31));
+          if (!Variant::same_single(q_rng, kr)) atomicOr(&ms->mixed[t >> 5], 1u << (t & 31));
         }
       }
       if (t_hi >= 0) {
@@ -517,6 +545,21 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
         seg = true;  // no ranges: compare ids on every tile
         if (p.q_segment_ranges != nullptr && p.kv_segment_ranges != nullptr && !ms->seg_walk) {
           seg = false;  // every tile in [n_lo, n_top) holds the query tile's one id
+        } else if (p.q_segment_ranges != nullptr && p.kv_segment_ranges != nullptr && ms->walk_bits) {
+          // The highest meeting tile at or below n, a word of tiles at a time.
+          const int base = ms->bits_lo, t_lo = n_lo - base;
+          int t = n - base;
+#pragma unroll 1
+          while (t >= t_lo) {
+            const uint32_t w = ms->meet[t >> 5] & (0xffffffffu >> (31 - (t & 31)));
+            if (w != 0u) {
+              t = (t & ~31) + 31 - __clz(w);
+              break;
+            }
+            t = (t & ~31) - 1;
+          }
+          n = t + base;
+          seg = t >= t_lo && ((ms->mixed[t >> 5] >> (t & 31)) & 1u) != 0u;
         } else if (p.q_segment_ranges != nullptr && p.kv_segment_ranges != nullptr) {
           constexpr int kSeg = FwdParams::kSegmentBlock;
           const int nb = (p.seqlen_k + kSeg - 1) / kSeg;
@@ -587,6 +630,20 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
   constexpr uint32_t kVMinusK = uint32_t(offsetof(Storage, v) - offsetof(Storage, k));
   auto load_k = [&](int n, int stage) { kv.template load<false>(k_ptr, p.k_row_stride, int64_t(n) * kBlockN, stage, 0u); };
   auto load_v = [&](int n, int stage) { kv.template load<false>(v_ptr, p.v_row_stride, int64_t(n) * kBlockN, stage, kVMinusK); };
+  // (kMasks, segment ids) Key tile n's ids into the id slot of its K slot,
+  // in the same cp.async group as K (zero past seqlen_k: masked by kv_len).
+  [[maybe_unused]] auto load_ids = [&](int n, int slot) {
+    if constexpr (kMasks) {
+      static_assert(kBlockN <= Traits::kNThreads);
+      if (p.q_segment_ids != nullptr && p.kv_segment_ids != nullptr && tid < kBlockN) {
+        const int col = n * kBlockN + tid;
+        const int32_t* src = p.kv_segment_ids + int64_t(batch) * p.seqlen_k + min(col, p.seqlen_k - 1);
+        const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(&ms->kv_ids[slot][tid]));
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
+                     "r"(col < p.seqlen_k ? 4 : 0));
+      }
+    }
+  };
 
   // ---- wgmma partitions ----
   typename Traits::TiledMmaS mma_s;
@@ -633,6 +690,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
       load_tile<true, true>(gcopy, tQg, tQs, tQc, rows_left, head_dim);
       load_tile<true, true>(gcopy, tKg(_, _, _, n_block), tKs(_, _, _, 0), tKVc, p.seqlen_k - n_block * kBlockN, head_dim);
       load_tile<true, true>(gcopy, tVg(_, _, _, n_block), tVs(_, _, _, 0), tKVc, p.seqlen_k - n_block * kBlockN, head_dim);
+      load_ids(n_block, 0);
       cp_async_fence();
     }
 
@@ -653,6 +711,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
           if (n_next >= n_stop) {
             load_k(n_next, stage ^ 1);
             load_v(n_next, stage ^ 1);
+            load_ids(n_next, stage ^ 1);
             cp_async_fence();
           }
         } else {
@@ -677,7 +736,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
       }
       if constexpr (kMasks) {
         if constexpr (kTransform != 0) apply_logits<kTransform, kBlockM, kBlockN>(acc_s, tSc, tSc0, lsc, col0);
-        if (need_mask) apply_variant_mask(acc_s, tSc, tSc0, p, batch, ms, row0, col0, seg);
+        if (need_mask) apply_variant_mask(acc_s, tSc, tSc0, ms, col0, ms->kv_ids[stage], seg);
       } else {
         if (need_mask) apply_mask(acc_s, tSc, row0, col0, p.seqlen_k, p.causal);
       }
@@ -790,13 +849,13 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
     using FragP = decltype(make_tensor<Element>(PAsALayout<kBlockN>{}));
     FragP tOrP;
     float corr[kRows];
-    auto mask_scale = [&](int col0, bool need_mask, bool seg, auto& acc_s) {
+    auto mask_scale = [&](int col0, bool need_mask, bool seg, int slot, auto& acc_s) {
       if (pre_scale) {
 #pragma unroll
         for (int i = 0; i < size(acc_s); ++i) acc_s(i) *= args.scale_log2;
       }
       if constexpr (kTransform != 0) apply_logits<kTransform, kBlockM, kBlockN>(acc_s, tSc, tSc0, lsc, col0);
-      if (need_mask) apply_variant_mask(acc_s, tSc, tSc0, p, batch, ms, row0, col0, seg);
+      if (need_mask) apply_variant_mask(acc_s, tSc, tSc0, ms, col0, ms->kv_ids[slot], seg);
     };
     int j = n_stop - 1, jn = n_stop - 1;  // second and third visited tiles
     bool seg_j = false, seg_jn = false;
@@ -804,6 +863,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
       const int kv_left = p.seqlen_k - n_first * kBlockN;
       load_tile<true, true>(gcopy, tQg, tQs, tQc, rows_left, head_dim);
       load_tile<true, true>(gcopy, tKg(_, _, _, n_first), tKs(_, _, _, 0), tKVc, kv_left, head_dim);
+      load_ids(n_first, 0);
       cp_async_fence();
       load_tile<true, true>(gcopy, tVg(_, _, _, n_first), tVs(_, _, _, 0), tKVc, kv_left, head_dim);
       cp_async_fence();
@@ -811,14 +871,17 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
       cp_async_wait<1>();  // Q, K(n_first)
       cutlass::arch::fence_view_async_shared();
       __syncthreads();
-      if (j >= n_stop) load_k(j, 1);
+      if (j >= n_stop) {
+        load_k(j, 1);
+        load_ids(j, 1);
+      }
       cp_async_fence();
       AccS acc_s;
       wgmma_issue<true, false>(mma_s, tSrQ, tSrK(_, _, _, 0), acc_s);
       if (j >= n_stop) jn = prev_tile(j, seg_jn);
       warpgroup_wait<0>();
       warpgroup_fence_operand(acc_s);
-      mask_scale(n_first * kBlockN, needs_mask(n_first, seg_first), seg_first, acc_s);
+      mask_scale(n_first * kBlockN, needs_mask(n_first, seg_first), seg_first, 0, acc_s);
       softmax_step(softmax, acc_s, corr, scale_log2);  // O is still 0: no rescale
       if constexpr (kDropout) apply_dropout(acc_s, tSc, tSc0, lsc, batch, head, row0, n_first * kBlockN);
       Tensor rP = convert_regs<Element>(acc_s);
@@ -831,7 +894,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
       cutlass::arch::fence_view_async_shared();
       __syncthreads();  // every warpgroup is done with K(previous) and V(the one before)
       auto loads = [&]() {
-        if (jn >= n_stop) load_k(jn, par ^ 1);
+        if (jn >= n_stop) {
+          load_k(jn, par ^ 1);
+          load_ids(jn, par ^ 1);
+        }
         load_v(j, par);
         cp_async_fence();
       };
@@ -844,7 +910,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
       const int jnn = jn >= n_stop ? prev_tile(jn, seg_jnn) : n_stop - 1;  // under both wgmmas
       warpgroup_wait<1>();  // S(j)
       warpgroup_fence_operand(acc_s);
-      mask_scale(j * kBlockN, needs_mask(j, seg_j), seg_j, acc_s);
+      mask_scale(j * kBlockN, needs_mask(j, seg_j), seg_j, par, acc_s);
       const bool moved = softmax_step(softmax, acc_s, corr, scale_log2);
       if constexpr (kDropout) apply_dropout(acc_s, tSc, tSc0, lsc, batch, head, row0, j * kBlockN);
       warpgroup_wait<0>();  // P V of the previous tile
