@@ -33,6 +33,7 @@
 #include <cute/container/array_aligned.hpp>
 #include <cutlass/arch/barrier.h>
 
+#include "cuda/cp_async_zfill.cuh"
 #include "cuda/fwd_kernel.cuh"  // FwdArgs
 #include "cuda/tile_loader.cuh"
 #include "cuda/mask.cuh"
@@ -545,7 +546,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
         seg = true;  // no ranges: compare ids on every tile
         if (p.q_segment_ranges != nullptr && p.kv_segment_ranges != nullptr && !ms->seg_walk) {
           seg = false;  // every tile in [n_lo, n_top) holds the query tile's one id
-        } else if (p.q_segment_ranges != nullptr && p.kv_segment_ranges != nullptr && ms->walk_bits) {
+        } else if (ms->walk_bits) {  // (set only with ranges)
           // The highest meeting tile at or below n, a word of tiles at a time.
           const int base = ms->bits_lo, t_lo = n_lo - base;
           int t = n - base;
@@ -637,10 +638,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
       static_assert(kBlockN <= Traits::kNThreads);
       if (p.q_segment_ids != nullptr && p.kv_segment_ids != nullptr && tid < kBlockN) {
         const int col = n * kBlockN + tid;
-        const int32_t* src = p.kv_segment_ids + int64_t(batch) * p.seqlen_k + min(col, p.seqlen_k - 1);
-        const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(&ms->kv_ids[slot][tid]));
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
-                     "r"(col < p.seqlen_k ? 4 : 0));
+        cp_async4(&ms->kv_ids[slot][tid], p.kv_segment_ids + int64_t(batch) * p.seqlen_k + min(col, p.seqlen_k - 1),
+                  col < p.seqlen_k);
       }
     }
   };
