@@ -328,8 +328,10 @@ __device__ __forceinline__ void apply_dropout(TS& acc_s, TC const& tSc, TC0 cons
 }
 
 // Masks-only variants on one boundary S tile (raw scores): the tile-relative
-// band / length test, then the segment ids where the tile holds more than
-// one id (seg). kv ids are read once per column, q ids once per row.
+// band / length test where the tile crosses the band or the lengths (band),
+// then the segment ids where the tile holds more than one id (seg): a packed
+// document's boundary tile off the diagonal takes the ids alone. kv ids are
+// read once per column, q ids once per row.
 // The per-CTA values come from shared memory (MS: the kernel's
 // MaskScalars), not from registers held across the key loop.
 // tSc0: thread 0's partition of the tile coordinates (compile-time values);
@@ -339,24 +341,26 @@ __device__ __forceinline__ void apply_dropout(TS& acc_s, TC const& tSc, TC0 cons
 // hoisted 64 coordinate values out of the key loop and spilled them (d64).
 template <class TS, class TC, class TC0, class MS>
 __device__ __forceinline__ void apply_variant_mask(TS& acc_s, TC const& tSc, TC0 const& tSc0, const MS* ms, int col0,
-                                                   const int* kv_ids, bool seg) {
+                                                   const int* kv_ids, bool band, bool seg) {
   Tensor s = make_tensor(acc_s.data(), acc_rowcol_layout(acc_s.layout()));
   Tensor c0 = make_tensor(tSc0.data(), acc_rowcol_layout(tSc0.layout()));
   constexpr int kRows = decltype(size<0>(s))::value;
   const int rb = get<0>(tSc(0)) - get<0>(tSc0(0));  // this thread's offset from thread 0
   const int cb = get<1>(tSc(0)) - get<1>(tSc0(0));
   constexpr int64_t kBig = int64_t(1) << 30;
-  Variant::TileMask tm;
-  // Bounds moved onto thread 0's coordinates: (c - r) + (cb - rb), c + cb, r + rb.
-  tm.hi = int(max(-kBig, min(kBig, ms->band_hi - col0))) - (cb - rb);
-  tm.lo = int(max(-kBig, min(kBig, ms->band_lo - col0))) - (cb - rb);
-  tm.cmax = ms->kv_len - col0 - cb;
-  tm.rmax = ms->rows - rb;
+  if (band) {
+    Variant::TileMask tm;
+    // Bounds moved onto thread 0's coordinates: (c - r) + (cb - rb), c + cb, r + rb.
+    tm.hi = int(max(-kBig, min(kBig, ms->band_hi - col0))) - (cb - rb);
+    tm.lo = int(max(-kBig, min(kBig, ms->band_lo - col0))) - (cb - rb);
+    tm.cmax = ms->kv_len - col0 - cb;
+    tm.rmax = ms->rows - rb;
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) {
+    for (int r = 0; r < kRows; ++r) {
 #pragma unroll
-    for (int j = 0; j < size<1>(s); ++j)
-      if (!tm(get<0>(c0(r, 0)), get<1>(c0(r, j)))) s(r, j) = -INFINITY;
+      for (int j = 0; j < size<1>(s); ++j)
+        if (!tm(get<0>(c0(r, 0)), get<1>(c0(r, j)))) s(r, j) = -INFINITY;
+    }
   }
   if (seg) {
     int qid[kRows];
@@ -591,8 +595,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
   };
   [[maybe_unused]] bool seg_first = false;
   if constexpr (kMasks) n_top = prev_tile(n_top, seg_first);
-  // (kMasks) Whether tile n needs element masks (band / lengths, or ids).
-  [[maybe_unused]] auto needs_mask = [&](int n, bool seg) { return n < ms->full_lo || n > ms->full_hi || seg; };
+  // (kMasks) Whether tile n needs the band / length test (its ids: seg).
+  [[maybe_unused]] auto band_edge = [&](int n) { return n < ms->full_lo || n > ms->full_hi; };
 
   const Element* q_ptr = static_cast<const Element*>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride;
   const Element* k_ptr = static_cast<const Element*>(p.k) + batch * p.k_batch_stride + head_kv * p.k_head_stride;
@@ -697,8 +701,13 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
     for (; n_block >= n_stop;) {
       const int col0 = n_block * kBlockN;
       bool need_mask;
-      if constexpr (kMasks) need_mask = needs_mask(n_block, seg);
-      else need_mask = tile_needs_mask<kBlockM, kBlockN>(row0, col0, p.seqlen_k, p.causal);
+      [[maybe_unused]] bool band = false;
+      if constexpr (kMasks) {
+        band = band_edge(n_block);
+        need_mask = band || seg;
+      } else {
+        need_mask = tile_needs_mask<kBlockM, kBlockN>(row0, col0, p.seqlen_k, p.causal);
+      }
       cp_async_wait<0>();
       cutlass::arch::fence_view_async_shared();  // cp.async writes -> wgmma (async proxy) reads
       __syncthreads();  // K(n), V(n) landed; everyone is done with the other stage
@@ -735,7 +744,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
       }
       if constexpr (kMasks) {
         if constexpr (kTransform != 0) apply_logits<kTransform, kBlockM, kBlockN>(acc_s, tSc, tSc0, lsc, col0);
-        if (need_mask) apply_variant_mask(acc_s, tSc, tSc0, ms, col0, ms->kv_ids[stage], seg);
+        if (need_mask) apply_variant_mask(acc_s, tSc, tSc0, ms, col0, ms->kv_ids[stage], band, seg);
       } else {
         if (need_mask) apply_mask(acc_s, tSc, row0, col0, p.seqlen_k, p.causal);
       }
@@ -848,13 +857,13 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
     using FragP = decltype(make_tensor<Element>(PAsALayout<kBlockN>{}));
     FragP tOrP;
     float corr[kRows];
-    auto mask_scale = [&](int col0, bool need_mask, bool seg, int slot, auto& acc_s) {
+    auto mask_scale = [&](int col0, bool band, bool seg, int slot, auto& acc_s) {
       if (pre_scale) {
 #pragma unroll
         for (int i = 0; i < size(acc_s); ++i) acc_s(i) *= args.scale_log2;
       }
       if constexpr (kTransform != 0) apply_logits<kTransform, kBlockM, kBlockN>(acc_s, tSc, tSc0, lsc, col0);
-      if (need_mask) apply_variant_mask(acc_s, tSc, tSc0, ms, col0, ms->kv_ids[slot], seg);
+      if (band || seg) apply_variant_mask(acc_s, tSc, tSc0, ms, col0, ms->kv_ids[slot], band, seg);
     };
     int j = n_stop - 1, jn = n_stop - 1;  // second and third visited tiles
     bool seg_j = false, seg_jn = false;
@@ -880,7 +889,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
       if (j >= n_stop) jn = prev_tile(j, seg_jn);
       warpgroup_wait<0>();
       warpgroup_fence_operand(acc_s);
-      mask_scale(n_first * kBlockN, needs_mask(n_first, seg_first), seg_first, 0, acc_s);
+      mask_scale(n_first * kBlockN, band_edge(n_first), seg_first, 0, acc_s);
       softmax_step(softmax, acc_s, corr, scale_log2);  // O is still 0: no rescale
       if constexpr (kDropout) apply_dropout(acc_s, tSc, tSc0, lsc, batch, head, row0, n_first * kBlockN);
       Tensor rP = convert_regs<Element>(acc_s);
@@ -909,7 +918,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
       const int jnn = jn >= n_stop ? prev_tile(jn, seg_jnn) : n_stop - 1;  // under both wgmmas
       warpgroup_wait<1>();  // S(j)
       warpgroup_fence_operand(acc_s);
-      mask_scale(j * kBlockN, needs_mask(j, seg_j), seg_j, par, acc_s);
+      mask_scale(j * kBlockN, band_edge(j), seg_j, par, acc_s);
       const bool moved = softmax_step(softmax, acc_s, corr, scale_log2);
       if constexpr (kDropout) apply_dropout(acc_s, tSc, tSc0, lsc, batch, head, row0, j * kBlockN);
       warpgroup_wait<0>();  // P V of the previous tile
