@@ -417,3 +417,50 @@ def test_cuda_segment_walk_forward_over_many_key_tiles(d, sk):
     assert np.isfinite(o).all(), "non-finite output"
     err, err_naive = _max_err(o, o_ref), _max_err(o_naive, o_ref)
     assert err <= 2 * err_naive + ABS_SLACK, f"o error {err:.3e} > 2 x naive {err_naive:.3e}"
+
+
+@pytest.mark.parametrize("d,cap", [(128, 7.5), (128, 50.0), (128, 51.2), (128, 51.4), (128, 200.0),
+                                   (64, 50.0), (256, 50.0), (256, 200.0)])
+def test_cuda_softcap_rows_saturated_at_either_bound(d, cap):
+    """Soft-cap alone on the Hopper forward: caps up to 51.29 take a fixed
+    stabiliser in place of the running max (exp2 arguments within [-124, 24]),
+    larger caps the running max. Rows whose logits all sit near -cap (the
+    bottom of that range: a row's P must not underflow to 0) and rows near
+    +cap, either side of the switch, against the float32 reference: o and
+    lse, then the gradients (the backward recomputes P from that lse)."""
+    skip_unless_cuda_head_dim(d, variants=True)
+    b, sq, sk, h = 1, 190, 333, 2
+    rng = np.random.default_rng(int(cap * 10) + d)
+    u = rng.standard_normal(d).astype(np.float32)
+    beta = 3.0 * cap / np.sqrt(d)  # shared-direction score ~ +-3 cap: tanh saturated
+    sign = np.where(np.arange(sq) % 2 == 0, 1.0, -1.0).astype(np.float32)[:, None, None]
+    q = sign * beta * u + 0.5 * rng.standard_normal((sq, h, d)).astype(np.float32)
+    k = u + 0.5 * rng.standard_normal((sk, h, d)).astype(np.float32)
+    v = rng.standard_normal((sk, h, d)).astype(np.float32)
+    do = rng.standard_normal((sq, h, d)).astype(np.float32)
+    q, k, v, do = (jnp.asarray(x[None], jnp.bfloat16) for x in (q, k, v, do))
+    dev = _GPUS[0]
+    f = lambda q, k, v: jax_flash.attention(q, k, v, logits_soft_cap=cap)
+    args = _on(dev, (q, k, v, do))
+    o, vjp = jax.vjp(f, *args[:3])
+    _, lse = jax_flash.attention(*args[:3], logits_soft_cap=cap, return_lse=True)
+    grads = vjp(args[3])
+    o, lse = np.asarray(o.astype(jnp.float32)), np.asarray(lse)
+    o_ref, lse_ref = (np.asarray(x) for x in _reference(q, k, v, cdt=jnp.float32, softcap=cap))
+    o_naive, _ = (np.asarray(x) for x in _reference(q, k, v, cdt=jnp.bfloat16, softcap=cap))
+    assert np.isfinite(o).all() and np.isfinite(lse).all(), "non-finite output"
+    # lse - log(sk) is at least a row's mean logit (Jensen) and at most its max.
+    assert np.max(lse_ref[0, :, 1::2]) - np.log(sk) < -0.9 * cap, "odd rows must average below -0.9 cap"
+    assert np.min(lse_ref[0, :, 0::2]) - np.log(sk) > 0.9 * cap, "even rows must reach above 0.9 cap"
+    err, err_naive = _max_err(o, o_ref), _max_err(o_naive, o_ref)
+    assert err <= 2 * err_naive + ABS_SLACK, f"o error {err:.3e} > 2 x naive {err_naive:.3e}"
+    lse_err = np.max(np.abs(lse - lse_ref) / (1 + np.abs(lse_ref)))
+    assert lse_err <= 1e-4, f"lse relative error {lse_err:.3e}"
+    g_ref = _ref_grads(q, k, v, do, jnp.float32, softcap=cap)
+    g_naive = _ref_grads(q, k, v, do, jnp.bfloat16, softcap=cap)
+    for nm, g, gr, gn in zip("qkv", grads, g_ref, g_naive):
+        g = np.asarray(g.astype(jnp.float32))
+        assert np.isfinite(g).all(), f"d{nm}: non-finite"
+        e, en = _max_err(g, gr), _max_err(gn, gr)
+        scale = max(1.0, float(np.max(np.abs(gr))))
+        assert e <= 3 * en + 1e-4 * scale, f"d{nm} error {e:.3e} > 3 x naive {en:.3e}"

@@ -679,6 +679,17 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
   float scale_log2;
   if constexpr (kTransform == kLogitSoftcap) scale_log2 = lsc->cap_log2;
   else scale_log2 = (kTransform != 0 || pre_scale) ? 1.f : args.scale_log2;
+  // (Soft-cap alone, bf16) tanh bounds every score to [-1, 1], so a fixed
+  // stabiliser replaces the running max (OnlineSoftmax::fix_max): exp2
+  // arguments t cap_log2 - (cap_log2 - 24) lie in [24 - 2 cap_log2, 24],
+  // inside [-124, 24] while cap_log2 <= 74 (cap <= 51.29: Gemma 2's 50
+  // included). Larger caps keep the running max, as does fp16, whose P
+  // cannot hold 2^24 (nor 2^-124).
+  [[maybe_unused]] bool fixed_max = false;
+  if constexpr (kTransform == kLogitSoftcap && std::is_same_v<Element, cutlass::bfloat16_t>) {
+    fixed_max = scale_log2 <= 74.f;
+    if (fixed_max) softmax.fix_max(1.f - 24.f / scale_log2);
+  }
 
   if constexpr (!Traits::kOverlap) {
     int n_block;
@@ -748,7 +759,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
       } else {
         if (need_mask) apply_mask(acc_s, tSc, row0, col0, p.seqlen_k, p.causal);
       }
-      softmax.update(acc_s, acc_o, scale_log2);
+      if (kTransform == kLogitSoftcap && fixed_max) softmax.update_fixed(acc_s, scale_log2);
+      else softmax.update(acc_s, acc_o, scale_log2);
       if constexpr (kDropout) apply_dropout(acc_s, tSc, tSc0, lsc, batch, head, row0, col0);
 
       Tensor rP = convert_regs<Element>(acc_s);
@@ -809,7 +821,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
       warpgroup_wait<0>();
       warpgroup_fence_operand(acc_s);
       mask_scale(n_first, acc_s);
-      softmax_step(softmax, acc_s, corr, scale_log2);  // O is still 0: no rescale
+      if (kTransform == kLogitSoftcap && fixed_max) softmax.update_fixed(acc_s, scale_log2);
+      else softmax_step(softmax, acc_s, corr, scale_log2);  // O is still 0: no rescale
       Tensor rP = convert_regs<Element>(acc_s);
 #pragma unroll
       for (int i = 0; i < size(tOrP); ++i) tOrP(i) = rP(i);
@@ -831,7 +844,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
       warpgroup_wait<1>();  // S(j)
       warpgroup_fence_operand(acc_s);
       mask_scale(j, acc_s);
-      const bool moved = softmax_step(softmax, acc_s, corr, scale_log2);
+      bool moved = false;  // (fixed_max: O is never rescaled)
+      if (kTransform == kLogitSoftcap && fixed_max) softmax.update_fixed(acc_s, scale_log2);
+      else moved = softmax_step(softmax, acc_s, corr, scale_log2);
       warpgroup_wait<0>();  // P(j + 1) V(j + 1)
       warpgroup_fence_operand(acc_o);
       rescale_rows(acc_o, corr, moved);
@@ -890,7 +905,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
       warpgroup_wait<0>();
       warpgroup_fence_operand(acc_s);
       mask_scale(n_first * kBlockN, band_edge(n_first), seg_first, 0, acc_s);
-      softmax_step(softmax, acc_s, corr, scale_log2);  // O is still 0: no rescale
+      if (kTransform == kLogitSoftcap && fixed_max) softmax.update_fixed(acc_s, scale_log2);
+      else softmax_step(softmax, acc_s, corr, scale_log2);  // O is still 0: no rescale
       if constexpr (kDropout) apply_dropout(acc_s, tSc, tSc0, lsc, batch, head, row0, n_first * kBlockN);
       Tensor rP = convert_regs<Element>(acc_s);
 #pragma unroll
@@ -919,7 +935,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
       warpgroup_wait<1>();  // S(j)
       warpgroup_fence_operand(acc_s);
       mask_scale(j * kBlockN, band_edge(j), seg_j, par, acc_s);
-      const bool moved = softmax_step(softmax, acc_s, corr, scale_log2);
+      bool moved = false;  // (fixed_max: O is never rescaled)
+      if (kTransform == kLogitSoftcap && fixed_max) softmax.update_fixed(acc_s, scale_log2);
+      else moved = softmax_step(softmax, acc_s, corr, scale_log2);
       if constexpr (kDropout) apply_dropout(acc_s, tSc, tSc0, lsc, batch, head, row0, j * kBlockN);
       warpgroup_wait<0>();  // P V of the previous tile
       warpgroup_fence_operand(acc_o);

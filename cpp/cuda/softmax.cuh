@@ -99,6 +99,35 @@ struct OnlineSoftmax {
     }
   }
 
+  // A fixed stabiliser instead of the running max, for scores bounded
+  // above and below (soft-cap alone: tanh in [-1, 1]): every row's max is
+  // set once to m, P = exp2(s * scale_log2 - m * scale_log2), and O is never
+  // rescaled. No max pass, no quad reduction and no vote per tile. The
+  // caller keeps s * scale_log2 - m * scale_log2 within [-126, 24] for every
+  // score (no underflow of a row's largest P, no overflow of its sums);
+  // the LSE in finalize() is exact as with the running max.
+  __device__ __forceinline__ void fix_max(float m) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) row_max[r] = m;
+  }
+  template <class TS>
+  __device__ __forceinline__ void update_fixed(TS& acc_s, float scale_log2) {
+    Tensor s = make_tensor(acc_s.data(), acc_rowcol_layout(acc_s.layout()));
+    static_assert(decltype(size<0>(s))::value == kRows);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const float m_sub = row_max[r] * scale_log2;
+      float sum = 0.f;
+#pragma unroll
+      for (int c = 0; c < size<1>(s); ++c) {
+        const float pv = exp2f(s(r, c) * scale_log2 - m_sub);
+        s(r, c) = pv;
+        sum += pv;
+      }
+      row_sum[r] += sum;
+    }
+  }
+
   // Normalise acc_o by the row sums; lse[r] gets the natural-log LSE
   // (-inf for a row that saw no key, whose output is then 0).
   template <class TO>
