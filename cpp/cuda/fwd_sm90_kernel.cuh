@@ -191,14 +191,7 @@ __device__ __forceinline__ bool softmax_step(OnlineSoftmax<kRows, kLazy>& sm, TS
 #pragma unroll
     for (int c = 0; c < size<1>(s); ++c) m = fmaxf(m, s(r, c));
     corr[r] = sm.advance(r, quad_allreduce(m, MaxOp{}), scale_log2, moved);
-    const float m_sub = sm.max_sub(r, scale_log2);
-    float sum = 0.f;
-#pragma unroll
-    for (int c = 0; c < size<1>(s); ++c) {
-      const float pv = exp2f(s(r, c) * scale_log2 - m_sub);
-      s(r, c) = pv;
-      sum += pv;
-    }
+    const float sum = sm.exp2_row(s, r, scale_log2, sm.max_sub(r, scale_log2));
     sm.row_sum[r] = sm.row_sum[r] * corr[r] + sum;
   }
   if constexpr (kLazy) return __any_sync(0xffffffffu, moved);

@@ -51,6 +51,20 @@ struct OnlineSoftmax {
     }
   }
 
+  // Row r of s (a row-column view) -> P = exp2(s * scale_log2 - m_sub), in
+  // place; returns the row's sum (this thread's part).
+  template <class TS>
+  static __device__ __forceinline__ float exp2_row(TS& s, int r, float scale_log2, float m_sub) {
+    float sum = 0.f;
+#pragma unroll
+    for (int c = 0; c < size<1>(s); ++c) {
+      const float pv = exp2f(s(r, c) * scale_log2 - m_sub);
+      s(r, c) = pv;
+      sum += pv;
+    }
+    return sum;
+  }
+
   // The value subtracted inside exp2 for row r: 0 while the row has seen no
   // key, so that exp2(-inf - 0) = 0 instead of exp2(-inf + inf) = NaN.
   __device__ __forceinline__ float max_sub(int r, float scale_log2) const {
@@ -74,14 +88,7 @@ struct OnlineSoftmax {
 #pragma unroll
       for (int c = 0; c < size<1>(s); ++c) m = fmaxf(m, s(r, c));
       corr[r] = advance(r, quad_allreduce(m, MaxOp{}), scale_log2, moved);
-      const float m_sub = max_sub(r, scale_log2);
-      float sum = 0.f;
-#pragma unroll
-      for (int c = 0; c < size<1>(s); ++c) {
-        const float pv = exp2f(s(r, c) * scale_log2 - m_sub);
-        s(r, c) = pv;
-        sum += pv;
-      }
+      const float sum = exp2_row(s, r, scale_log2, max_sub(r, scale_log2));
       row_sum[r] = row_sum[r] * corr[r] + sum;
       if constexpr (!kLazy) {
 #pragma unroll
@@ -104,8 +111,8 @@ struct OnlineSoftmax {
   // set once to m, P = exp2(s * scale_log2 - m * scale_log2), and O is never
   // rescaled. No max pass, no quad reduction and no vote per tile. The
   // caller keeps s * scale_log2 - m * scale_log2 within [-126, 24] for every
-  // score (no underflow of a row's largest P, no overflow of its sums);
-  // the LSE in finalize() is exact as with the running max.
+  // score (no P underflows, none can overflow the sums); the LSE in
+  // finalize() is exact as with the running max.
   __device__ __forceinline__ void fix_max(float m) {
 #pragma unroll
     for (int r = 0; r < kRows; ++r) row_max[r] = m;
@@ -115,17 +122,7 @@ struct OnlineSoftmax {
     Tensor s = make_tensor(acc_s.data(), acc_rowcol_layout(acc_s.layout()));
     static_assert(decltype(size<0>(s))::value == kRows);
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const float m_sub = row_max[r] * scale_log2;
-      float sum = 0.f;
-#pragma unroll
-      for (int c = 0; c < size<1>(s); ++c) {
-        const float pv = exp2f(s(r, c) * scale_log2 - m_sub);
-        s(r, c) = pv;
-        sum += pv;
-      }
-      row_sum[r] += sum;
-    }
+    for (int r = 0; r < kRows; ++r) row_sum[r] += exp2_row(s, r, scale_log2, row_max[r] * scale_log2);
   }
 
   // Normalise acc_o by the row sums; lse[r] gets the natural-log LSE
