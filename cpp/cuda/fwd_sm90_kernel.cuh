@@ -814,8 +814,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
       warpgroup_wait<0>();
       warpgroup_fence_operand(acc_s);
       mask_scale(n_first, acc_s);
-      if (kTransform == kLogitSoftcap && fixed_max) softmax.update_fixed(acc_s, scale_log2);
-      else softmax_step(softmax, acc_s, corr, scale_log2);  // O is still 0: no rescale
+      softmax_step(softmax, acc_s, corr, scale_log2);  // O is still 0: no rescale
       Tensor rP = convert_regs<Element>(acc_s);
 #pragma unroll
       for (int i = 0; i < size(tOrP); ++i) tOrP(i) = rP(i);
@@ -837,9 +836,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
       warpgroup_wait<1>();  // S(j)
       warpgroup_fence_operand(acc_s);
       mask_scale(j, acc_s);
-      bool moved = false;  // (fixed_max: O is never rescaled)
-      if (kTransform == kLogitSoftcap && fixed_max) softmax.update_fixed(acc_s, scale_log2);
-      else moved = softmax_step(softmax, acc_s, corr, scale_log2);
+      const bool moved = softmax_step(softmax, acc_s, corr, scale_log2);
       warpgroup_wait<0>();  // P(j + 1) V(j + 1)
       warpgroup_fence_operand(acc_o);
       rescale_rows(acc_o, corr, moved);
