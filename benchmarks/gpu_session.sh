@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: build with CUDA, run the GPU tests, the sanitizers and the
 # benchmark, keeping logs and JSON under $OUT (the device machine keeps nothing).
-#   bash benchmarks/gpu_session.sh [build] [test] [sanitize] [bench] [bench-grid] [bench-quick] [order] [ncu-packed] [pack]
+#   bash benchmarks/gpu_session.sh [build] [test] [sanitize] [bench] [bench-grid] [bench-quick] [order] [ncu-packed] [ncu-options] [pack]
 # JAX_FLASH_CUDA_ARCHS=90a builds for the H100 alone (half the compile time).
 # Needs the nvidia-cutlass wheel in .whl/ (carried; see README "Building for GPU").
 set -uo pipefail
@@ -70,6 +70,16 @@ for stage in $stages; do
       ncu --import "$OUT/packed.ncu-rep" --page details --csv >"$OUT/packed_details.csv" 2>&1
       ncu --import "$OUT/packed.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip >"$OUT/packed_source.csv.gz"
       rm -f "$OUT/packed.ncu-rep"
+      ;;
+    ncu-options)  # per-SASS-line counts of the plain forward and the variant options' (NCU_OPTIONS)
+      timeout ${NCU_TIMEOUT:-300} ncu --clock-control none --kernel-name regex:fwd_sm90_kernel --section SpeedOfLight \
+        --section LaunchStats --section WarpStateStats --section SchedulerStats --section SourceCounters \
+        -f -o "$OUT/options" python3 -P benchmarks/prof_options.py --options ${NCU_OPTIONS:-plain window lengths alibi} \
+        >"$OUT/ncu_options.log" 2>&1
+      echo "ncu-options rc=$?" | tee -a "$OUT/summary.txt"
+      ncu --import "$OUT/options.ncu-rep" --page details --csv >"$OUT/options_details.csv" 2>&1
+      ncu --import "$OUT/options.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip >"$OUT/options_source.csv.gz"
+      rm -f "$OUT/options.ncu-rep"
       ;;
     pack)  # at most 8 files come back from the device: everything else in one archive (last stage)
       tar czf /tmp/jf_session.tgz -C "$OUT" --exclude=summary.txt . && mv /tmp/jf_session.tgz "$OUT/session.tgz" &&

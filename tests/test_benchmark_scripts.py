@@ -21,7 +21,7 @@ def _run(script, *args, cwd):
 
 
 @pytest.mark.parametrize("script", ["bench_attention.py", "bench_variants.py", "bench_ring.py",
-                                    "prof_packed.py", "schedule_model.py"])
+                                    "prof_packed.py", "prof_options.py", "schedule_model.py"])
 def test_benchmark_script_starts_under_python_dash_p(script, tmp_path):
     out = _run(script, "--help", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -47,3 +47,11 @@ def test_prof_packed_runs_both_batches_on_cpu(tmp_path):
                cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "ran packed" in out.stdout and "ran equal documents" in out.stdout
+
+
+def test_prof_options_runs_every_option_on_cpu(tmp_path):
+    names = ["plain", "window", "lengths", "alibi", "softcap", "dropout"]
+    out = _run("prof_options.py", "--seqlen", "256", "--heads", "2", "--head-dim", "32", "--options", *names,
+               cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert [l.split()[1] for l in out.stdout.splitlines() if l.startswith("ran ")] == names

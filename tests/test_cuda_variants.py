@@ -159,8 +159,27 @@ def _make_case(name, b, sq, sk, hq, hkv, d, seed=0):
         ks = qs if sq == sk else _seg_runs(rng, b, sk)
         opts["q_segment_ids"] = jnp.asarray(qs)
         opts["kv_segment_ids"] = jnp.asarray(ks)
+    if "seglong" in name or "segone" in name:
+        # Long documents (300-900 tokens; segone: one), so that key tiles run
+        # clean (every key the query tile's one id) between the mixed ones.
+        assert sq == sk
+        ids = np.zeros((b, sq), np.int32)
+        if "seglong" in name:
+            for bb in range(b):
+                pos, doc = 0, 0
+                while pos < sq:
+                    n = int(rng.integers(300, 900))
+                    ids[bb, pos:pos + n] = doc
+                    pos, doc = pos + n, doc + 1
+        opts["q_segment_ids"] = jnp.asarray(ids)
+        opts["kv_segment_ids"] = jnp.asarray(ids)
     if "alibi" in name:
         sl = (2.0 ** (-8.0 * np.arange(1, hq + 1) / hq)).astype(np.float32)
+        if "alibiX" in name:
+            # Slopes of every kind: the Hopper forward takes positive ones (from
+            # 1e-12 log2 units up) in distance units and zero, negative and tinier
+            # ones in log2 units (apply_logits).
+            sl = np.resize(np.asarray([0.05, 0.0, -0.2, 3.0, 1e-14, 0.7], np.float32), hq)
         opts["alibi_slopes"] = jnp.asarray(np.stack([sl * (1 + 0.1 * i) for i in range(b)]) if "alibiB" in name else sl)
     if "dropout" in name:
         opts["dropout_rate"] = 0.2
@@ -215,12 +234,27 @@ CASES = [
     ("segruns causal", 2, 1100, 1100, 2, 1, 128),
     ("segruns lengths", 2, 900, 1000, 4, 2, 64),
     ("segments causal window batchoff", 2, 700, 700, 2, 2, 128),
+    # long documents and one document over many tiles: the Hopper forward's
+    # masks kernel for segment ids, and with ALiBi the d128 kernel whose
+    # interior runs cover the key tiles of the query tile's one id
+    ("seglong causal", 2, 1500, 1500, 2, 1, 64),
+    ("seglong window lengths", 1, 1000, 1000, 4, 2, 128),
+    ("segone causal lengths", 2, 700, 700, 2, 1, 128),
+    ("seglong causal alibi", 1, 1200, 1200, 2, 1, 128),
+    ("segone causal alibi lengths", 2, 700, 700, 2, 1, 128),
     # head dims without their own variants kernels (run zero-padded on 128 / 256 / 64)
     ("causal window", 2, 150, 170, 4, 2, 96),
     ("softcap lengths", 2, 133, 129, 2, 1, 160),
     ("segments causal dropout", 2, 200, 200, 2, 2, 40),
     # dropout on the d256 forward (its overlapped loop) and backward
     ("dropout causal gqa d256", 2, 333, 333, 4, 2, 256),
+    # ALiBi slopes of every sign and size (alibiX), over many tiles: below,
+    # above and straddling tiles (two-sided), a bottom-right offset (causal,
+    # keys far before the queries), soft-cap with it, and the d256 loop
+    ("alibiX", 2, 200, 333, 6, 3, 64),
+    ("alibiX causal offset", 2, 130, 700, 6, 2, 128),
+    ("alibiX softcap window", 1, 300, 280, 6, 2, 128),
+    ("alibiX causal", 1, 300, 300, 6, 2, 256),
 ]
 
 

@@ -76,6 +76,10 @@ struct Sm90Traits {
   // O rescaled only when a row's max moves by more than 2^8 (OnlineSoftmax):
   // +1-6% forward at d128 / d256, -2-6% at d64 (spills), H100 A/B in NOTES.
   static constexpr bool kLazyRescale = kHeadDim >= 128;
+  // (kMasks, not kOverlap) Interior runs of unmasked key tiles on a step of
+  // their own (the masks loop): measured faster at d128; at d64 the extra
+  // loop's spills cost more than the runs saved (H100, benchmarks/NOTES.md).
+  static constexpr bool kRuns = kHeadDim == 128;
   static_assert(kHeadDim % 64 == 0 && kBlockN % 16 == 0);
 
   using WarpgroupsMNK = Layout<Shape<Int<kWarpgroups>, _1, _1>>;
@@ -156,8 +160,17 @@ struct Sm90LogitsTraits : MasksTraits {
     uint32_t seed[2];  // dropout: the Philox key
     uint32_t drop_threshold;
     float keep_scale;  // dropout: 1 / (1 - rate)
+    float y_mul;       // ALiBi in distance units (apply_logits): qk_mul (soft-cap: cap_log2) / slope_log2; else 0
   };
   static constexpr int kSmemBytes = MasksTraits::kSmemBytes + int(sizeof(LogitScalars));
+};
+
+// A masks traits without interior runs: the masks-only kernel for segment
+// ids, whose edge steps (every tile of a document's start or diagonal)
+// measured 4-5% slower in the kernel with runs (packed documents, H100 d128).
+template <class MasksTraits>
+struct Sm90NoRunsTraits : MasksTraits {
+  static constexpr bool kRuns = false;
 };
 
 // kLogits of a traits; 0 for those without one (plain, masks).
@@ -179,19 +192,19 @@ using PAsALayout = Layout<Shape<Shape<_2, _2, _2>, _1, Int<kBlockN / 16>>,
 // P V wgmma of the previous tile, in flight meanwhile, has landed); the
 // return value says whether any row of the warp moved its max (else
 // corr is all 1 and the rescale is skipped; OnlineSoftmax::kMaxSlackLog2).
-template <int kRows, bool kLazy, class TS>
+// kShift / shift: as OnlineSoftmax::update.
+template <bool kShift = false, int kRows, bool kLazy, class TS>
 __device__ __forceinline__ bool softmax_step(OnlineSoftmax<kRows, kLazy>& sm, TS& acc_s, float (&corr)[kRows],
-                                             float scale_log2) {
+                                             float scale_log2, float shift = 0.f) {
   Tensor s = make_tensor(acc_s.data(), acc_rowcol_layout(acc_s.layout()));
   static_assert(decltype(size<0>(s))::value == kRows);
   bool moved = false;
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
-    float m = sm.row_max[r];
-#pragma unroll
-    for (int c = 0; c < size<1>(s); ++c) m = fmaxf(m, s(r, c));
+    const float m = sm.template row_max_with<kShift>(s, r, shift);
     corr[r] = sm.advance(r, quad_allreduce(m, MaxOp{}), scale_log2, moved);
-    const float sum = sm.exp2_row(s, r, scale_log2, sm.max_sub(r, scale_log2));
+    const float m_sub = kShift ? sm.max_sub(r, scale_log2) - shift * scale_log2 : sm.max_sub(r, scale_log2);
+    const float sum = sm.exp2_row(s, r, scale_log2, m_sub);
     sm.row_sum[r] = sm.row_sum[r] * corr[r] + sum;
   }
   if constexpr (kLazy) return __any_sync(0xffffffffu, moved);
@@ -236,8 +249,20 @@ __device__ __forceinline__ void wgmma_issue(TiledMma& mma, TA& tA, TB const& tB,
 // apply_variant_mask. Tiles whose keys all lie on one side of every row's
 // position (every off-diagonal tile of a causal band) take the bias as one
 // FMA of that constant; the others take |distance|.
+// ALiBi with slope_log2 >= kAlibiMinSlopeLog2 (LogitScalars::y_mul > 0)
+// works in distance units instead: the logit is slope_log2 * (y + shift),
+// y = pre(s) * y_mul + (col - pos relative to this thread's base) with the
+// compile-time part an FFMA immediate, and shift this thread's base (the
+// return value; 0 on tiles that straddle a row's position, whose y holds the
+// whole -|distance|). The softmax scale is then slope_log2 (the kernel's
+// scale_log2) and the shift goes into its max and exp2 (update<true>): one
+// FFMA a score where the log2-unit form took an FFMA, half a bias FFMA and a
+// subtraction in the exp2 argument. Distances are exact integers in float
+// below 2^24.
+constexpr float kAlibiMinSlopeLog2 = 1e-12f;
+
 template <int kLogits, int kBlockM, int kBlockN, class TS, class TC, class TC0, class LS>
-__device__ __forceinline__ void apply_logits(TS& acc_s, TC const& tSc, TC0 const& tSc0, const LS* ls, int col0) {
+__device__ __forceinline__ float apply_logits(TS& acc_s, TC const& tSc, TC0 const& tSc0, const LS* ls, int col0) {
   Tensor s = make_tensor(acc_s.data(), acc_rowcol_layout(acc_s.layout()));
   Tensor c0 = make_tensor(tSc0.data(), acc_rowcol_layout(tSc0.layout()));
   constexpr int kRows = decltype(size<0>(s))::value;
@@ -245,10 +270,11 @@ __device__ __forceinline__ void apply_logits(TS& acc_s, TC const& tSc, TC0 const
   constexpr bool kAlibi = (kLogits & kLogitAlibi) != 0;
   const float qk_mul = ls->qk_mul;
   [[maybe_unused]] const float cap_log2 = kCap ? ls->cap_log2 : 0.f;
+  // tanhf: tanh.approx.f32 under --use_fast_math, as in the SM80 kernels.
+  auto pre = [&](float x) { return kCap ? tanhf(x * qk_mul) : x; };
   auto logit = [&](float x, float bias) {
     if constexpr (kCap) {
-      // tanhf: tanh.approx.f32 under --use_fast_math, as in the SM80 kernels.
-      const float t = tanhf(x * qk_mul);
+      const float t = pre(x);
       return kAlibi ? fmaf(t, cap_log2, bias) : t;  // (alone: cap_log2 is the softmax scale)
     } else {
       return kAlibi ? fmaf(x, qk_mul, bias) : x * qk_mul;
@@ -260,38 +286,60 @@ __device__ __forceinline__ void apply_logits(TS& acc_s, TC const& tSc, TC0 const
 #pragma unroll
       for (int j = 0; j < size<1>(s); ++j) s(r, j) = logit(s(r, j), 0.f);
     }
+    return 0.f;
   } else {
     const int rb = get<0>(tSc(0)) - get<0>(tSc0(0));
     const int cb = get<1>(tSc(0)) - get<1>(tSc0(0));
     const int64_t pos0 = ls->pos0;
-    const float slope = ls->slope_log2;
     // pos - col = base + (r - c), (r, c) thread 0's tile coordinates.
     const float base = float(pos0 + (rb - cb) - col0);
     // Every row's position at or past every key of the tile (d >= 0), or
     // before every key (d <= 0): bias = -sign * slope * d, linear in (r - c).
     const bool below = pos0 - (col0 + kBlockN - 1) >= 0;
     const bool above = pos0 + (kBlockM - 1) - col0 <= 0;
+    auto rc = [&](int r, int j) { return float(get<0>(c0(r, 0)) - get<1>(c0(r, j))); };  // compile-time
+    const float y_mul = ls->y_mul;
+    if (y_mul > 0.f) {  // distance units
+      if (below) {  // y = pre * y_mul + (c - r), shift -base
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+          for (int j = 0; j < size<1>(s); ++j) s(r, j) = fmaf(pre(s(r, j)), y_mul, -rc(r, j));
+        }
+        return -base;
+      }
+      if (above) {  // y = pre * y_mul + (r - c), shift base
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+          for (int j = 0; j < size<1>(s); ++j) s(r, j) = fmaf(pre(s(r, j)), y_mul, rc(r, j));
+        }
+        return base;
+      }
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+        for (int j = 0; j < size<1>(s); ++j) s(r, j) = fmaf(pre(s(r, j)), y_mul, -fabsf(base + rc(r, j)));
+      }
+      return 0.f;
+    }
+    const float slope = ls->slope_log2;
     if (below || above) {
       const float k = below ? -slope : slope;
       const float kb = k * base;
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
 #pragma unroll
-        for (int j = 0; j < size<1>(s); ++j) {
-          const float rc = float(get<0>(c0(r, 0)) - get<1>(c0(r, j)));
-          s(r, j) = logit(s(r, j), fmaf(k, rc, kb));
-        }
+        for (int j = 0; j < size<1>(s); ++j) s(r, j) = logit(s(r, j), fmaf(k, rc(r, j), kb));
       }
     } else {
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
 #pragma unroll
-        for (int j = 0; j < size<1>(s); ++j) {
-          const float rc = float(get<0>(c0(r, 0)) - get<1>(c0(r, j)));
-          s(r, j) = logit(s(r, j), -slope * fabsf(base + rc));
-        }
+        for (int j = 0; j < size<1>(s); ++j) s(r, j) = logit(s(r, j), -slope * fabsf(base + rc(r, j)));
       }
     }
+    return 0.f;
   }
 }
 
@@ -477,6 +525,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
         ls->qk_mul = cap ? p.scale / p.softcap : p.scale * 1.4426950408889634f;
         ls->cap_log2 = cap ? p.softcap * 1.4426950408889634f : 0.f;
         ls->slope_log2 = var.alibi_log2;
+        if constexpr ((kLogits & kLogitAlibi) != 0) {
+          const float slope_log2 = var.alibi_log2;  // (NaN: not >=)
+          ls->y_mul = slope_log2 >= kAlibiMinSlopeLog2 ? (cap ? ls->cap_log2 : ls->qk_mul) / slope_log2 : 0.f;
+        }
         ls->seed[0] = var.seed[0];
         ls->seed[1] = var.seed[1];
         ls->drop_threshold = var.drop_threshold;
@@ -669,8 +721,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
   // alone leaves tanh(s * scale / cap), its scale cap * log2(e) fused into
   // exp2 as the plain kernel does with the softmax scale (cap > 0).
   const bool pre_scale = kTransform == 0 && !(args.scale_log2 > 0.f);
+  // (ALiBi in distance units) the logits are slope_log2 * (y + shift).
+  constexpr bool kAlibiShift = (kTransform & kLogitAlibi) != 0;
   float scale_log2;
   if constexpr (kTransform == kLogitSoftcap) scale_log2 = lsc->cap_log2;
+  else if constexpr (kAlibiShift) scale_log2 = lsc->y_mul > 0.f ? lsc->slope_log2 : 1.f;
   else scale_log2 = (kTransform != 0 || pre_scale) ? 1.f : args.scale_log2;
   // (Soft-cap alone, bf16) tanh bounds every score to [-1, 1], so a fixed
   // stabiliser replaces the running max (OnlineSoftmax::fix_max): exp2
@@ -684,54 +739,29 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
     if (fixed_max) softmax.fix_max(1.f - 24.f / scale_log2);
   }
 
-  if constexpr (!Traits::kOverlap) {
-    int n_block;
-    if constexpr (kMasks) n_block = n_top;
-    else n_block = n_blocks - 1;
-    // (kMasks) next tile to visit, found one iteration ahead (under a wgmma);
-    // seg / seg_next: the segment-id flags of n_block / n_next.
-    [[maybe_unused]] int n_next = 0;
-    [[maybe_unused]] bool seg = seg_first, seg_next = false;
-    if constexpr (kMasks) n_next = prev_tile(n_block, seg_next);
+  if constexpr (!Traits::kOverlap && !kMasks) {
+    int n_block = n_blocks - 1;
     if (n_block >= n_stop) {
       load_tile<true, true>(gcopy, tQg, tQs, tQc, rows_left, head_dim);
       load_tile<true, true>(gcopy, tKg(_, _, _, n_block), tKs(_, _, _, 0), tKVc, p.seqlen_k - n_block * kBlockN, head_dim);
       load_tile<true, true>(gcopy, tVg(_, _, _, n_block), tVs(_, _, _, 0), tKVc, p.seqlen_k - n_block * kBlockN, head_dim);
-      load_ids(n_block, 0);
       cp_async_fence();
     }
 
     int stage = 0;
     for (; n_block >= n_stop;) {
       const int col0 = n_block * kBlockN;
-      bool need_mask;
-      [[maybe_unused]] bool band = false;
-      if constexpr (kMasks) {
-        band = band_edge(n_block);
-        need_mask = band || seg;
-      } else {
-        need_mask = tile_needs_mask<kBlockM, kBlockN>(row0, col0, p.seqlen_k, p.causal);
-      }
+      const bool need_mask = tile_needs_mask<kBlockM, kBlockN>(row0, col0, p.seqlen_k, p.causal);
       cp_async_wait<0>();
       cutlass::arch::fence_view_async_shared();  // cp.async writes -> wgmma (async proxy) reads
       __syncthreads();  // K(n), V(n) landed; everyone is done with the other stage
       // Next tile's loads. Only the last key tile (visited first) can be
-      // partial: unchecked rows (with kMasks the first visited tile is
-      // below it or is it).
+      // partial: unchecked rows.
       auto loads = [&]() {
-        if constexpr (kMasks) {
-          if (n_next >= n_stop) {
-            load_k(n_next, stage ^ 1);
-            load_v(n_next, stage ^ 1);
-            load_ids(n_next, stage ^ 1);
-            cp_async_fence();
-          }
-        } else {
-          if (n_block > 0) {
-            load_k(n_block - 1, stage ^ 1);
-            load_v(n_block - 1, stage ^ 1);
-            cp_async_fence();
-          }
+        if (n_block > 0) {
+          load_k(n_block - 1, stage ^ 1);
+          load_v(n_block - 1, stage ^ 1);
+          cp_async_fence();
         }
       };
       if constexpr (Traits::kLoadsFirst) loads();
@@ -746,32 +776,130 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
   #pragma unroll
         for (int i = 0; i < size(acc_s); ++i) acc_s(i) *= args.scale_log2;
       }
-      if constexpr (kMasks) {
-        if constexpr (kTransform != 0) apply_logits<kTransform, kBlockM, kBlockN>(acc_s, tSc, tSc0, lsc, col0);
-        if (need_mask) apply_variant_mask(acc_s, tSc, tSc0, ms, col0, ms->kv_ids[stage], band, seg);
-      } else {
-        if (need_mask) apply_mask(acc_s, tSc, row0, col0, p.seqlen_k, p.causal);
+      if (need_mask) apply_mask(acc_s, tSc, row0, col0, p.seqlen_k, p.causal);
+      softmax.update(acc_s, acc_o, scale_log2);
+
+      Tensor rP = convert_regs<Element>(acc_s);
+      Tensor tOrP = make_tensor(rP.data(), PAsALayout<kBlockN>{});
+      wgmma_issue<false, true>(mma_o, tOrP, tOrV(_, _, _, stage), acc_o);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(acc_o);
+      stage ^= 1;
+      --n_block;
+    }
+  } else if constexpr (!Traits::kOverlap) {
+    // The masks / logits kernels' loop (kMasks). Two kinds of step: an edge
+    // step (a tile of the band's or the lengths' edge, or one whose segment
+    // ids must be compared; the next tile found by prev_tile under the P V
+    // wgmma) and interior steps (kRuns): a run of consecutive tiles inside
+    // [full_lo, full_hi] without segment ids, or whose keys all hold the
+    // query tile's one id (run_end), which need no mask, the next tile being
+    // n - 1. The interior step is the plain loop's step plus the logit
+    // transforms: the per-tile mask tests, id loads and searches are gone
+    // from most tiles, and the registers they held are free there.
+    int n_block = n_top;
+    // Next tile to visit, found one step ahead; seg / seg_next: the
+    // segment-id flags of n_block / n_next.
+    bool seg_next = false;
+    int n_next = prev_tile(n_block, seg_next);
+    bool seg = seg_first;
+    if (n_block >= n_stop) {
+      load_tile<true, true>(gcopy, tQg, tQs, tQc, rows_left, head_dim);
+      load_tile<true, true>(gcopy, tKg(_, _, _, n_block), tKs(_, _, _, 0), tKVc, p.seqlen_k - n_block * kBlockN, head_dim);
+      load_tile<true, true>(gcopy, tVg(_, _, _, n_block), tVs(_, _, _, 0), tKVc, p.seqlen_k - n_block * kBlockN, head_dim);
+      load_ids(n_block, 0);
+      cp_async_fence();
+    }
+    const bool seg_ids = p.q_segment_ids != nullptr && p.kv_segment_ids != nullptr;
+    // Interior runs on the kernels where they measured faster on the H100
+    // (Traits::kRuns: d128; not soft-cap alone, not dropout; and the masks
+    // kernel for segment ids is built without: benchmarks/NOTES.md).
+    constexpr bool kRuns = Traits::kRuns && kTransform != kLogitSoftcap && !kDropout;
+    // The lowest tile of the interior run starting at tile n (n itself not
+    // on the band's edge), or n + 1 when n starts none: without segment ids,
+    // or with one id over every visited tile (ranges, no walk), every tile
+    // down to full_lo.
+    auto run_end = [&](int n) {
+      const bool one_id = p.q_segment_ranges != nullptr && p.kv_segment_ranges != nullptr && !ms->seg_walk;
+      return !seg_ids || one_id ? max(ms->full_lo, ms->n_lo) : n + 1;
+    };
+    int stage = 0;
+    // One key tile n_blk (K/V in `stage`), loading n_nxt's (if any, with its
+    // segment ids when nxt_ids) into the other stage. kEdge: band / seg
+    // pick the tile's masks, and n_after / seg_after get the tile after
+    // n_nxt.
+    auto step = [&](auto edge, int n_blk, int n_nxt, bool nxt_ids, bool band, bool seg_t, int& n_after,
+                    bool& seg_after) {
+      constexpr bool kEdge = decltype(edge)::value;
+      const int col0 = n_blk * kBlockN;
+      cp_async_wait<0>();
+      cutlass::arch::fence_view_async_shared();  // cp.async writes -> wgmma (async proxy) reads
+      __syncthreads();  // K(n), V(n) landed; everyone is done with the other stage
+      // Next tile's loads (only the first visited tile can be partial).
+      auto loads = [&]() {
+        if (n_nxt >= n_stop) {
+          load_k(n_nxt, stage ^ 1);
+          load_v(n_nxt, stage ^ 1);
+          if (kEdge || nxt_ids) load_ids(n_nxt, stage ^ 1);
+          cp_async_fence();
+        }
+      };
+      if constexpr (Traits::kLoadsFirst) loads();
+      Tensor acc_s = partition_fragment_C(mma_s, Shape<Int<kBlockM>, Int<kBlockN>>{});
+      static_assert(decltype(size<1>(acc_s))::value == 1 && decltype(size<2>(acc_s))::value == 1);
+      wgmma_issue<true, false>(mma_s, tSrQ, tSrK(_, _, _, stage), acc_s);
+      if constexpr (!Traits::kLoadsFirst) loads();
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(acc_s);
+
+      if (pre_scale) {
+#pragma unroll
+        for (int i = 0; i < size(acc_s); ++i) acc_s(i) *= args.scale_log2;
+      }
+      [[maybe_unused]] float shift = 0.f;
+      if constexpr (kTransform != 0) shift = apply_logits<kTransform, kBlockM, kBlockN>(acc_s, tSc, tSc0, lsc, col0);
+      if constexpr (kEdge) {
+        if (band || seg_t) apply_variant_mask(acc_s, tSc, tSc0, ms, col0, ms->kv_ids[stage], band, seg_t);
       }
       if (kTransform == kLogitSoftcap && fixed_max) softmax.update_fixed(acc_s, scale_log2);
-      else softmax.update(acc_s, acc_o, scale_log2);
+      else softmax.template update<kAlibiShift>(acc_s, acc_o, scale_log2, shift);
       if constexpr (kDropout) apply_dropout(acc_s, tSc, tSc0, lsc, batch, head, row0, col0);
 
       Tensor rP = convert_regs<Element>(acc_s);
       Tensor tOrP = make_tensor(rP.data(), PAsALayout<kBlockN>{});
       wgmma_issue<false, true>(mma_o, tOrP, tOrV(_, _, _, stage), acc_o);
-      [[maybe_unused]] int n_after = 0;
-      [[maybe_unused]] bool seg_after = false;
-      if constexpr (kMasks) n_after = n_next >= n_stop ? prev_tile(n_next, seg_after) : n_stop - 1;  // under the P V wgmma
+      if constexpr (kEdge) n_after = n_nxt >= n_stop ? prev_tile(n_nxt, seg_after) : n_stop - 1;  // under the P V wgmma
       warpgroup_wait<0>();
       warpgroup_fence_operand(acc_o);
       stage ^= 1;
-      if constexpr (kMasks) {
+    };
+    while (n_block >= n_stop) {
+      const bool band = band_edge(n_block);
+      const int n_end = kRuns && !band ? run_end(n_block) : n_block + 1;
+      if (n_end <= n_block) {
+        // Interior run: n_block down to n_end, then the tile prev_tile finds
+        // below it (its ids loaded by the run's last step); n_block's loads
+        // are in flight, each step issues the next one's.
+        bool seg_exit = false;
+        const int n_exit = prev_tile(n_end, seg_exit);
+        int unused_n;
+        bool unused_seg;
+#pragma unroll 1
+        for (; n_block >= n_end; --n_block) {
+          const bool last = n_block == n_end;
+          step(std::false_type{}, n_block, last ? n_exit : n_block - 1, last, false, false, unused_n, unused_seg);
+        }
+        n_block = n_exit;
+        seg = seg_exit;
+        if (n_block >= n_stop) n_next = prev_tile(n_block, seg_next);
+      } else {
+        int n_after = n_stop - 1;
+        bool seg_after = false;
+        step(std::true_type{}, n_block, n_next, true, band, seg, n_after, seg_after);
         n_block = n_next;
         n_next = n_after;
         seg = seg_next;
         seg_next = seg_after;
-      } else {
-        --n_block;
       }
     }
   } else if constexpr (!kMasks) {
@@ -862,13 +990,16 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
     using FragP = decltype(make_tensor<Element>(PAsALayout<kBlockN>{}));
     FragP tOrP;
     float corr[kRows];
+    // Returns apply_logits' shift (0 without ALiBi).
     auto mask_scale = [&](int col0, bool band, bool seg, int slot, auto& acc_s) {
       if (pre_scale) {
 #pragma unroll
         for (int i = 0; i < size(acc_s); ++i) acc_s(i) *= args.scale_log2;
       }
-      if constexpr (kTransform != 0) apply_logits<kTransform, kBlockM, kBlockN>(acc_s, tSc, tSc0, lsc, col0);
+      float shift = 0.f;
+      if constexpr (kTransform != 0) shift = apply_logits<kTransform, kBlockM, kBlockN>(acc_s, tSc, tSc0, lsc, col0);
       if (band || seg) apply_variant_mask(acc_s, tSc, tSc0, ms, col0, ms->kv_ids[slot], band, seg);
+      return shift;
     };
     int j = n_stop - 1, jn = n_stop - 1;  // second and third visited tiles
     bool seg_j = false, seg_jn = false;
@@ -894,9 +1025,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
       if (j >= n_stop) jn = prev_tile(j, seg_jn);
       warpgroup_wait<0>();
       warpgroup_fence_operand(acc_s);
-      mask_scale(n_first * kBlockN, band_edge(n_first), seg_first, 0, acc_s);
+      const float shift = mask_scale(n_first * kBlockN, band_edge(n_first), seg_first, 0, acc_s);
       if (kTransform == kLogitSoftcap && fixed_max) softmax.update_fixed(acc_s, scale_log2);
-      else softmax_step(softmax, acc_s, corr, scale_log2);  // O is still 0: no rescale
+      else softmax_step<kAlibiShift>(softmax, acc_s, corr, scale_log2, shift);  // O is still 0: no rescale
       if constexpr (kDropout) apply_dropout(acc_s, tSc, tSc0, lsc, batch, head, row0, n_first * kBlockN);
       Tensor rP = convert_regs<Element>(acc_s);
 #pragma unroll
@@ -924,10 +1055,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
       const int jnn = jn >= n_stop ? prev_tile(jn, seg_jnn) : n_stop - 1;  // under both wgmmas
       warpgroup_wait<1>();  // S(j)
       warpgroup_fence_operand(acc_s);
-      mask_scale(j * kBlockN, band_edge(j), seg_j, par, acc_s);
+      const float shift = mask_scale(j * kBlockN, band_edge(j), seg_j, par, acc_s);
       bool moved = false;  // (fixed_max: O is never rescaled)
       if (kTransform == kLogitSoftcap && fixed_max) softmax.update_fixed(acc_s, scale_log2);
-      else moved = softmax_step(softmax, acc_s, corr, scale_log2);
+      else moved = softmax_step<kAlibiShift>(softmax, acc_s, corr, scale_log2, shift);
       if constexpr (kDropout) apply_dropout(acc_s, tSc, tSc0, lsc, batch, head, row0, j * kBlockN);
       warpgroup_wait<0>();  // P V of the previous tile
       warpgroup_fence_operand(acc_o);

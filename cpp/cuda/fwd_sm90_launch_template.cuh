@@ -136,7 +136,12 @@ cudaError_t run_fwd_sm90_hdim(const FwdParams& params, cudaStream_t stream) {
 template <DType kDType, int kHeadDim>
 cudaError_t run_fwd_sm90_masks_hdim(const FwdParams& params, cudaStream_t stream) {
   if (!variant_masks_only(params) || !fwd::sm90_vector_ok(params)) return cudaErrorNotSupported;
-  return fwd::launch_fwd_sm90<fwd::Sm90MasksTraits<kHeadDim, kDType>>(params, stream);
+  using Masks = fwd::Sm90MasksTraits<kHeadDim, kDType>;
+  if constexpr (Masks::kRuns) {
+    if (params.q_segment_ids != nullptr && params.kv_segment_ids != nullptr)
+      return fwd::launch_fwd_sm90<fwd::Sm90NoRunsTraits<Masks>>(params, stream);
+  }
+  return fwd::launch_fwd_sm90<Masks>(params, stream);
 }
 
 // Soft-cap and / or ALiBi without dropout, or dropout alone (head dims 64 /

@@ -71,12 +71,26 @@ struct OnlineSoftmax {
     return row_max[r] == -INFINITY ? 0.f : row_max[r] * scale_log2;
   }
 
+  // This thread's max of row r of s, with the running max: kShift adds
+  // shift to every score of the thread first (scores held relative to a
+  // per-thread offset, e.g. ALiBi in distance units).
+  template <bool kShift, class TS>
+  __device__ __forceinline__ float row_max_with(TS const& s, int r, float shift) const {
+    float m = kShift ? -INFINITY : row_max[r];
+#pragma unroll
+    for (int c = 0; c < size<1>(s); ++c) m = fmaxf(m, s(r, c));
+    if constexpr (kShift) m = fmaxf(row_max[r], m + shift);
+    return m;
+  }
+
   // acc_s: raw masked scores of one K tile -> overwritten with
   // P = exp2(s * scale_log2 - max * scale_log2) (scale_log2 > 0).
   // acc_o: rescaled by exp2((old_max - new_max) * scale_log2) (kLazy: only
   // in warps where a row's max moved).
-  template <class TS, class TO>
-  __device__ __forceinline__ void update(TS& acc_s, TO& acc_o, float scale_log2) {
+  // kShift: the scores are s + shift (shift: this thread's, the same for
+  // all its values); P = exp2((s + shift - max) * scale_log2).
+  template <bool kShift = false, class TS, class TO>
+  __device__ __forceinline__ void update(TS& acc_s, TO& acc_o, float scale_log2, float shift = 0.f) {
     Tensor s = make_tensor(acc_s.data(), acc_rowcol_layout(acc_s.layout()));
     Tensor o = make_tensor(acc_o.data(), acc_rowcol_layout(acc_o.layout()));
     static_assert(decltype(size<0>(s))::value == kRows);
@@ -84,11 +98,10 @@ struct OnlineSoftmax {
     bool moved = false;
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-      float m = row_max[r];
-#pragma unroll
-      for (int c = 0; c < size<1>(s); ++c) m = fmaxf(m, s(r, c));
+      const float m = row_max_with<kShift>(s, r, shift);
       corr[r] = advance(r, quad_allreduce(m, MaxOp{}), scale_log2, moved);
-      const float sum = exp2_row(s, r, scale_log2, max_sub(r, scale_log2));
+      const float m_sub = kShift ? max_sub(r, scale_log2) - shift * scale_log2 : max_sub(r, scale_log2);
+      const float sum = exp2_row(s, r, scale_log2, m_sub);
       row_sum[r] = row_sum[r] * corr[r] + sum;
       if constexpr (!kLazy) {
 #pragma unroll
