@@ -203,8 +203,7 @@ __device__ __forceinline__ bool softmax_step(OnlineSoftmax<kRows, kLazy>& sm, TS
   for (int r = 0; r < kRows; ++r) {
     const float m = sm.template row_max_with<kShift>(s, r, shift);
     corr[r] = sm.advance(r, quad_allreduce(m, MaxOp{}), scale_log2, moved);
-    const float m_sub = kShift ? sm.max_sub(r, scale_log2) - shift * scale_log2 : sm.max_sub(r, scale_log2);
-    const float sum = sm.exp2_row(s, r, scale_log2, m_sub);
+    const float sum = sm.exp2_row(s, r, scale_log2, sm.template max_sub<kShift>(r, scale_log2, shift));
     sm.row_sum[r] = sm.row_sum[r] * corr[r] + sum;
   }
   if constexpr (kLazy) return __any_sync(0xffffffffu, moved);

@@ -70,6 +70,11 @@ struct OnlineSoftmax {
   __device__ __forceinline__ float max_sub(int r, float scale_log2) const {
     return row_max[r] == -INFINITY ? 0.f : row_max[r] * scale_log2;
   }
+  // The same for scores held as s + shift (kShift; row_max_with).
+  template <bool kShift>
+  __device__ __forceinline__ float max_sub(int r, float scale_log2, float shift) const {
+    return kShift ? max_sub(r, scale_log2) - shift * scale_log2 : max_sub(r, scale_log2);
+  }
 
   // This thread's max of row r of s, with the running max: kShift adds
   // shift to every score of the thread first (scores held relative to a
@@ -100,8 +105,7 @@ struct OnlineSoftmax {
     for (int r = 0; r < kRows; ++r) {
       const float m = row_max_with<kShift>(s, r, shift);
       corr[r] = advance(r, quad_allreduce(m, MaxOp{}), scale_log2, moved);
-      const float m_sub = kShift ? max_sub(r, scale_log2) - shift * scale_log2 : max_sub(r, scale_log2);
-      const float sum = exp2_row(s, r, scale_log2, m_sub);
+      const float sum = exp2_row(s, r, scale_log2, max_sub<kShift>(r, scale_log2, shift));
       row_sum[r] = row_sum[r] * corr[r] + sum;
       if constexpr (!kLazy) {
 #pragma unroll
