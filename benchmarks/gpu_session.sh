@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: build with CUDA, run the GPU tests, the sanitizers and the
 # benchmark, keeping logs and JSON under $OUT (the device machine keeps nothing).
-#   bash benchmarks/gpu_session.sh [build] [test] [sanitize] [bench] [bench-grid] [bench-quick] [order] [ncu-packed] [ncu-options] [pack]
+#   bash benchmarks/gpu_session.sh [build] [test] [sanitize] [bench] [bench-grid] [bench-quick] [order] [ncu-packed] [ncu-packed-bwd] [ncu-options] [pack]
 # JAX_FLASH_CUDA_ARCHS=90a builds for the H100 alone (half the compile time).
 # Needs the nvidia-cutlass wheel in .whl/ (carried; see README "Building for GPU").
 set -uo pipefail
@@ -70,6 +70,15 @@ for stage in $stages; do
       ncu --import "$OUT/packed.ncu-rep" --page details --csv >"$OUT/packed_details.csv" 2>&1
       ncu --import "$OUT/packed.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip >"$OUT/packed_source.csv.gz"
       rm -f "$OUT/packed.ncu-rep"
+      ;;
+    ncu-packed-bwd)  # the same for the packed backward's dK/dV kernel (bench_variants' documents: seed 0)
+      timeout ${NCU_TIMEOUT:-300} ncu --clock-control none --kernel-name regex:bwd_sm90_dkdv_kernel --section SpeedOfLight \
+        --section LaunchStats --section WarpStateStats --section SchedulerStats --section SourceCounters \
+        -f -o "$OUT/packed_bwd" python3 -P benchmarks/prof_packed.py --backward --seed 0 >"$OUT/ncu_packed_bwd.log" 2>&1
+      echo "ncu-packed-bwd rc=$?" | tee -a "$OUT/summary.txt"
+      ncu --import "$OUT/packed_bwd.ncu-rep" --page details --csv >"$OUT/packed_bwd_details.csv" 2>&1
+      ncu --import "$OUT/packed_bwd.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip >"$OUT/packed_bwd_source.csv.gz"
+      rm -f "$OUT/packed_bwd.ncu-rep"
       ;;
     ncu-options)  # per-SASS-line counts of the plain forward and the variant options' (NCU_OPTIONS)
       timeout ${NCU_TIMEOUT:-300} ncu --clock-control none --kernel-name regex:fwd_sm90_kernel --section SpeedOfLight \

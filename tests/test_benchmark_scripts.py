@@ -49,6 +49,13 @@ def test_prof_packed_runs_both_batches_on_cpu(tmp_path):
     assert "ran packed" in out.stdout and "ran equal documents" in out.stdout
 
 
+def test_prof_packed_backward_runs_on_cpu(tmp_path):
+    out = _run("prof_packed.py", "--seqlen", "384", "--heads", "2", "--head-dim", "32", "--docs", "32", "200",
+               "--seed", "0", "--backward", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "ran packed" in out.stdout and "ran equal documents" in out.stdout
+
+
 def test_prof_options_runs_every_option_on_cpu(tmp_path):
     names = ["plain", "window", "lengths", "alibi", "softcap", "dropout"]
     out = _run("prof_options.py", "--seqlen", "256", "--heads", "2", "--head-dim", "32", "--options", *names,
