@@ -234,6 +234,10 @@ CASES = [
     ("segruns causal", 2, 1100, 1100, 2, 1, 128),
     ("segruns lengths", 2, 900, 1000, 4, 2, 64),
     ("segments causal window batchoff", 2, 700, 700, 2, 2, 128),
+    # more than 32 query tiles a key tile (the Hopper backward's search
+    # window refills past 32; GQA wraps back to the first window)
+    ("segruns causal gqa", 1, 2500, 2500, 4, 2, 128),
+    ("segruns gqa", 1, 4400, 4400, 4, 2, 64),
     # long documents and one document over many tiles: the Hopper forward's
     # masks kernel for segment ids, and with ALiBi the d128 kernel whose
     # interior runs cover the key tiles of the query tile's one id

@@ -188,6 +188,10 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
   constexpr bool kCap = (kLogits & kLogitSoftcap) != 0, kAlibi = (kLogits & kLogitAlibi) != 0;
   constexpr int kTransform = kLogits & (kLogitSoftcap | kLogitAlibi);
   constexpr bool kDropout = (kLogits & fwd::kLogitDropout) != 0;
+  // Masks-only kernels search on warp 0 alone, through its window of query
+  // tiles (fill_query_window); the logits kernels search on every warp and
+  // load each candidate's id ranges.
+  constexpr bool kWindow = kMasks && kLogits == 0;
 
   extern __shared__ __align__(1024) char smem_raw[];
   Storage& smem = *reinterpret_cast<Storage*>(smem_raw);
@@ -243,6 +247,7 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
       msmem.k_mn = k_rng.mn;
       msmem.k_mx = k_rng.mx;
       msmem.one_id = 0;
+      if constexpr (kWindow) msmem.win_base = INT_MIN;
       if constexpr (kLogits != 0) {
         lsmem().qk_mul = kCap ? p.scale / p.softcap : 0.f;
         lsmem().cap_log2 = kCap ? p.softcap * bwd::kLog2e : 0.f;
@@ -350,6 +355,21 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
       Variant::SegRange qr;
       if (msmem.one_id) {
         qr = kr;  // every tile met holds the key tile's one id
+      } else if (kWindow && v.segments()) {
+        int base = msmem.win_base;
+        uint32_t meet = msmem.win_meet, seg = msmem.win_seg;
+        for (; i < total; ++i) {
+          const int rel = m_tile(i) - m_begin;
+          if ((rel & ~31) != base) {
+            base = rel & ~31;
+            fill_query_window<M>(v, kr, m_begin, nm, base, msmem, meet, seg);
+          }
+          if ((meet >> (rel & 31)) & 1u) break;
+        }
+        // A range that tile_flags reads as the window's id test: without a
+        // compare, the tile and the key tile hold one and the same id.
+        const bool cmp = i < total && ((seg >> ((m_tile(i) - m_begin) & 31)) & 1u);
+        qr = cmp ? Variant::SegRange{} : kr;
       } else if (v.segments()) {
         for (; i < total; ++i) {
           qr = v.q_range(m_tile(i) * M, M);
@@ -370,7 +390,22 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
   // has none to spare for.
   int it = 0;
   [[maybe_unused]] int step = 0;
-  if constexpr (kMasks) {
+  if constexpr (kWindow) {
+    // Warp 0 searches (its window), everyone reads the first iteration.
+    if (tid < 32) {
+      int f0 = 0, f1 = 0;
+      const int it0 = next_it(-1, f0);
+      const int it1 = next_it(it0, f1);
+      if (tid == 0) {
+        msmem.ring[0][0] = it0;
+        msmem.ring[0][1] = f0;
+        msmem.ring[1][0] = it1;
+        msmem.ring[1][1] = f1;
+      }
+    }
+    __syncthreads();
+    it = msmem.ring[0][0];
+  } else if constexpr (kMasks) {
     int f0 = 0, f1 = 0;
     it = next_it(-1, f0);
     const int it1 = next_it(it, f1);
