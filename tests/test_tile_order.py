@@ -38,26 +38,33 @@ def test_every_order_maps_the_grid_onto_each_tile_once(checker):
     assert "0 failures" in out.stdout
 
 
-# shape: num_m, heads_q, batch, seqlen_k, head_dim, heads_kv, element bytes
+# shape: num_m, heads_q, batch, seqlen_k, head_dim, heads_kv, element bytes, segment ids (0 / 1)
 @pytest.mark.parametrize(
     "order,shape,group",
     [
-        (None, (128, 16, 1, 16384, 128, 16, 2), 4),       # default (auto): sectioned from 8 tiles
-        ("auto", (128, 16, 1, 16384, 128, 16, 2), 4),
-        (None, (7, 16, 32, 896, 128, 16, 2), 0),          # auto below 8 tiles a pair: head-major
-        (None, (4, 16, 32, 512, 128, 16, 2), 0),
-        ("lpt", (4, 16, 32, 512, 128, 16, 2), 128),
-        ("heads", (128, 16, 1, 16384, 128, 16, 2), 0),
-        ("lpt", (128, 16, 1, 16384, 128, 16, 2), 4),      # 32 MiB / (16k x 128 x 2 B x K,V)
-        ("lpt", (8, 16, 2, 1024, 128, 2, 2), 32),         # GQA: 64 kv heads' worth, capped at the 32 pairs
-        ("lpt", (8, 16, 64, 1024, 128, 2, 2), 512),       # a kv head's 8 q heads stay together
-        ("lpt", (1, 4, 1, 1 << 22, 256, 4, 2), 1),        # K/V larger than the budget: one pair
-        ("lpt", (1 << 16, 1 << 10, 64, 64, 64, 1, 2), 0),  # 2^32 CTAs: head-major
-        ("lpt:6", (8, 16, 2, 1024, 128, 2, 2), 6),
-        ("lpt:100", (8, 16, 2, 1024, 128, 2, 2), 32),     # capped at the pairs
-        ("lpt:0", (8, 16, 2, 1024, 128, 2, 2), 32),       # not a size: the default
-        ("fastest", (8, 16, 2, 1024, 128, 2, 2), 32),     # unknown: the default
-        ("heads", (8, 16, 2, 1024, 128, 2, 2), 0),
+        (None, (128, 16, 1, 16384, 128, 16, 2, 0), 4),       # default (auto): sectioned from 8 tiles
+        ("auto", (128, 16, 1, 16384, 128, 16, 2, 0), 4),
+        (None, (7, 16, 32, 896, 128, 16, 2, 0), 0),          # auto below 8 tiles a pair: head-major
+        (None, (4, 16, 32, 512, 128, 16, 2, 0), 0),
+        ("lpt", (4, 16, 32, 512, 128, 16, 2, 0), 128),
+        ("heads", (128, 16, 1, 16384, 128, 16, 2, 0), 0),
+        ("lpt", (128, 16, 1, 16384, 128, 16, 2, 0), 4),      # 32 MiB / (16k x 128 x 2 B x K,V)
+        ("lpt", (8, 16, 2, 1024, 128, 2, 2, 0), 32),         # GQA: 64 kv heads' worth, capped at the 32 pairs
+        ("lpt", (8, 16, 64, 1024, 128, 2, 2, 0), 512),       # a kv head's 8 q heads stay together
+        ("lpt", (1, 4, 1, 1 << 22, 256, 4, 2, 0), 1),        # K/V larger than the budget: one pair
+        ("lpt", (1 << 16, 1 << 10, 64, 64, 64, 1, 2, 0), 0),  # 2^32 CTAs: head-major
+        ("lpt:6", (8, 16, 2, 1024, 128, 2, 2, 0), 6),
+        ("lpt:100", (8, 16, 2, 1024, 128, 2, 2, 0), 32),     # capped at the pairs
+        ("lpt:0", (8, 16, 2, 1024, 128, 2, 2, 0), 32),       # not a size: the default
+        ("fastest", (8, 16, 2, 1024, 128, 2, 2, 0), 32),     # unknown: the default
+        ("heads", (8, 16, 2, 1024, 128, 2, 2, 0), 0),
+        # segment ids (packed documents): auto puts every pair in one section
+        (None, (128, 16, 1, 16384, 128, 16, 2, 1), 16),
+        (None, (8, 16, 2, 1024, 128, 2, 2, 1), 32),
+        (None, (7, 16, 32, 896, 128, 16, 2, 1), 0),       # below 8 tiles a pair: still head-major
+        ("lpt", (128, 16, 1, 16384, 128, 16, 2, 1), 4),   # an explicit setting keeps its sections
+        ("lpt:2", (128, 16, 1, 16384, 128, 16, 2, 1), 2),
+        ("heads", (128, 16, 1, 16384, 128, 16, 2, 1), 0),
     ],
 )
 def test_forward_order_knob(checker, order, shape, group):
@@ -69,17 +76,21 @@ def test_forward_order_knob(checker, order, shape, group):
     assert other.stdout == _run(checker, "fwd", *shape).stdout
 
 
-# shape: key_tiles, heads_kv, batch, seqlen_q, head_dim, heads_q, element bytes
+# shape: key_tiles, heads_kv, batch, seqlen_q, head_dim, heads_q, element bytes, segment ids (0 / 1)
 @pytest.mark.parametrize(
     "order,shape,group",
     [
-        (None, (64, 16, 2, 8192, 128, 16, 2), 4),         # default (auto): sectioned from 8 tiles
-        (None, (4, 16, 32, 512, 128, 16, 2), 0),
-        ("lpt", (64, 16, 2, 8192, 128, 16, 2), 4),        # 32 MiB / (8k x 128 x (2 + 2 + 4) B)
-        ("lpt", (64, 2, 2, 8192, 128, 16, 2), 1),         # GQA: a kv pair carries 8 q heads' Q, dO, dQ
-        ("lpt", (8, 16, 16, 1024, 64, 16, 2), 64),
-        ("lpt:3", (8, 16, 16, 1024, 64, 16, 2), 3),
-        ("heads", (8, 16, 16, 1024, 64, 16, 2), 0),
+        (None, (64, 16, 2, 8192, 128, 16, 2, 0), 4),         # default (auto): sectioned from 8 tiles
+        (None, (4, 16, 32, 512, 128, 16, 2, 0), 0),
+        ("lpt", (64, 16, 2, 8192, 128, 16, 2, 0), 4),        # 32 MiB / (8k x 128 x (2 + 2 + 4) B)
+        ("lpt", (64, 2, 2, 8192, 128, 16, 2, 0), 1),         # GQA: a kv pair carries 8 q heads' Q, dO, dQ
+        ("lpt", (8, 16, 16, 1024, 64, 16, 2, 0), 64),
+        ("lpt:3", (8, 16, 16, 1024, 64, 16, 2, 0), 3),
+        ("heads", (8, 16, 16, 1024, 64, 16, 2, 0), 0),
+        (None, (128, 16, 1, 16384, 128, 16, 2, 1), 16),   # segment ids: one section
+        (None, (128, 2, 3, 16384, 128, 16, 2, 1), 6),
+        ("lpt", (128, 16, 1, 16384, 128, 16, 2, 1), 2),
+        ("heads", (128, 16, 1, 16384, 128, 16, 2, 1), 0),
     ],
 )
 def test_backward_order_knob(checker, order, shape, group):

@@ -85,9 +85,10 @@ cudaError_t launch_fwd_sm90(const FwdParams& params, cudaStream_t stream) {
   args.scale_log2 = params.scale * 1.4426950408889634f;
   args.vec = true;
   const dim3 grid((params.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, params.heads_q, params.batch);
+  const bool documents = params.q_segment_ids != nullptr && params.kv_segment_ids != nullptr;
   args.order_group = params.causal ? fwd_order_group(grid.x, params.heads_q, params.batch, params.seqlen_k,
                                                      Traits::kHeadDim, params.heads_kv,
-                                                     int(sizeof(typename Traits::Element)))
+                                                     int(sizeof(typename Traits::Element)), documents)
                                    : 0;
   fwd_sm90_kernel<Traits><<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(args);
   return cudaGetLastError();

@@ -2,9 +2,10 @@
 // builds and runs it): tile_coord maps the grid onto every (tile, head, batch)
 // exactly once for every order and direction; head-major is the kernels'
 // original mapping; the sectioned order runs each section's tiles longest
-// first over exactly its pairs. With arguments "fwd|bwd" and seven sizes,
-// prints fwd_order_group / bwd_order_group of that shape so the test can
-// check what JAX_FLASH_FWD_ORDER / JAX_FLASH_BWD_ORDER select.
+// first over exactly its pairs. With arguments "fwd|bwd", seven sizes and
+// a documents flag (segment ids: 0 / 1), prints fwd_order_group /
+// bwd_order_group of that shape so the test can check what
+// JAX_FLASH_FWD_ORDER / JAX_FLASH_BWD_ORDER select.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -58,13 +59,13 @@ static int check(int num_m, int heads, int batch, bool high_first, int group) {
 }
 
 int main(int argc, char** argv) {
-  if (argc == 9) {  // fwd: num_m heads_q batch seqlen_k head_dim heads_kv bytes;
-                    // bwd: key_tiles heads_kv batch seqlen_q head_dim heads_q bytes
-    int a[7];
-    for (int i = 0; i < 7; ++i) a[i] = std::atoi(argv[i + 2]);
+  if (argc == 10) {  // fwd: num_m heads_q batch seqlen_k head_dim heads_kv bytes documents;
+                     // bwd: key_tiles heads_kv batch seqlen_q head_dim heads_q bytes documents
+    int a[8];
+    for (int i = 0; i < 8; ++i) a[i] = std::atoi(argv[i + 2]);
     const bool fwd = std::strcmp(argv[1], "fwd") == 0;
-    std::printf("%d\n", fwd ? fwd_order_group(a[0], a[1], a[2], a[3], a[4], a[5], a[6])
-                            : bwd_order_group(a[0], a[1], a[2], a[3], a[4], a[5], a[6]));
+    std::printf("%d\n", fwd ? fwd_order_group(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7] != 0)
+                            : bwd_order_group(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7] != 0));
     return 0;
   }
   int bad = 0, cases = 0;
