@@ -66,6 +66,7 @@ def main(argv=None):
     ap.add_argument("--packed-docs", type=int, nargs=2, default=[256, 4096], help="min/max document length")
     ap.add_argument("--packed-seed", type=int, default=0, help="seed of the document lengths")
     ap.add_argument("--option-seqlen", type=int, default=8192)
+    ap.add_argument("--option-batch", type=int, default=1, help="(c): batch of the option runs")
     ap.add_argument("--benches", nargs="+", default=["window", "packed", "option"],
                     choices=["window", "packed", "option"])
     ap.add_argument("--modes", nargs="+", default=["fwd", "fwd_bwd"], choices=["fwd", "fwd_bwd"])
@@ -166,7 +167,7 @@ def main(argv=None):
             del q
         if "option" in args.benches:
             s = args.option_seqlen
-            b = 1
+            b = args.option_batch
             q = qkv(b, s)
             flops = attention_flops(b, s, s, h, d, True, mode)
             base = timed("option", "plain causal", dict(causal=True), q, mode, flops)

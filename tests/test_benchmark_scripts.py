@@ -32,11 +32,13 @@ def test_bench_variants_times_packed_documents_and_options_on_cpu(tmp_path):
     path = tmp_path / "variants.json"
     out = _run("bench_variants.py", "--benches", "packed", "option", "--modes", "fwd", "--heads", "2",
                "--head-dim", "32", "--packed-seqlen", "512", "--packed-docs", "32", "256",
-               "--option-seqlen", "256", "--options", "soft", "--dtype", "float32", "--out", path, cwd=tmp_path)
+               "--option-seqlen", "256", "--option-batch", "2", "--options", "soft", "--dtype", "float32",
+               "--out", path, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     records = json.loads(path.read_text())
     benches = {r["bench"] for r in records}
     assert benches == {"packed", "option"}, benches
+    assert {r["batch"] for r in records if r["bench"] == "option"} == {2}, records
     timed = [r for r in records if r["ms"] is not None]
     assert timed and all(r["ms"] > 0 and r["tflops"] > 0 for r in timed), records
     assert not [r for r in records if r.get("error")], records
