@@ -58,11 +58,13 @@ def test_every_order_maps_the_grid_onto_each_tile_once(checker):
         ("lpt:0", (8, 16, 2, 1024, 128, 2, 2, 0), 32),       # not a size: the default
         ("fastest", (8, 16, 2, 1024, 128, 2, 2, 0), 32),     # unknown: the default
         ("heads", (8, 16, 2, 1024, 128, 2, 2, 0), 0),
-        # segment ids (packed documents): auto puts every pair in one section
-        (None, (128, 16, 1, 16384, 128, 16, 2, 1), 16),
+        # segment ids (packed documents): a pair's K/V sized as 4096 rows
+        (None, (128, 16, 1, 16384, 128, 16, 2, 1), 16),   # 32 MiB / (4k x 128 x 2 B x K,V)
+        (None, (128, 16, 4, 16384, 128, 16, 2, 1), 16),   # not every pair
+        ("lpt", (128, 16, 1, 16384, 128, 16, 2, 1), 16),
+        (None, (16, 16, 8, 2048, 128, 16, 2, 1), 32),     # sequences under 4k: as without ids
         (None, (8, 16, 2, 1024, 128, 2, 2, 1), 32),
         (None, (7, 16, 32, 896, 128, 16, 2, 1), 0),       # below 8 tiles a pair: still head-major
-        ("lpt", (128, 16, 1, 16384, 128, 16, 2, 1), 4),   # an explicit setting keeps its sections
         ("lpt:2", (128, 16, 1, 16384, 128, 16, 2, 1), 2),
         ("heads", (128, 16, 1, 16384, 128, 16, 2, 1), 0),
     ],
@@ -87,9 +89,10 @@ def test_forward_order_knob(checker, order, shape, group):
         ("lpt", (8, 16, 16, 1024, 64, 16, 2, 0), 64),
         ("lpt:3", (8, 16, 16, 1024, 64, 16, 2, 0), 3),
         ("heads", (8, 16, 16, 1024, 64, 16, 2, 0), 0),
-        (None, (128, 16, 1, 16384, 128, 16, 2, 1), 16),   # segment ids: one section
-        (None, (128, 2, 3, 16384, 128, 16, 2, 1), 6),
-        ("lpt", (128, 16, 1, 16384, 128, 16, 2, 1), 2),
+        (None, (128, 16, 1, 16384, 128, 16, 2, 1), 8),    # segment ids: 32 MiB / (4k x 128 x 8 B)
+        (None, (128, 2, 3, 16384, 128, 16, 2, 1), 1),     # GQA: 8 q heads' worth a pair
+        ("lpt", (128, 16, 1, 16384, 128, 16, 2, 1), 8),
+        (None, (16, 16, 8, 2048, 128, 16, 2, 1), 16),     # sequences under 4k: as without ids
         ("heads", (128, 16, 1, 16384, 128, 16, 2, 1), 0),
     ],
 )
