@@ -349,27 +349,27 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
   // reduce above kTileRankShift.
   [[maybe_unused]] auto next_it = [&](int i, int& fl) {
     ++i;
-    if constexpr (kMasks) {
+    if constexpr (kWindow) {
+      int base = msmem.win_base, rel = 0;
+      uint32_t meet = msmem.win_meet;
+      for (; i < total; ++i) {
+        rel = m_tile(i) - m_begin;
+        if ((rel & ~31) != base) {
+          base = rel & ~31;
+          meet = fill_query_window<M, N>(msmem.variant(p, b), msmem.k_rng(), m_begin, nm, n0, base, msmem);
+        }
+        if ((meet >> (rel & 31)) & 1u) break;
+      }
+      if (i < total) {
+        fl = msmem.win_flags[rel & 31];
+        if (dq_order && tid == 0) fl |= masks_rank(m_tile(i)) << kTileRankShift;
+      }
+    } else if constexpr (kMasks) {
       const Variant v = msmem.variant(p, b);
       const Variant::SegRange kr = msmem.k_rng();
       Variant::SegRange qr;
       if (msmem.one_id) {
         qr = kr;  // every tile met holds the key tile's one id
-      } else if (kWindow && v.segments()) {
-        int base = msmem.win_base;
-        uint32_t meet = msmem.win_meet, seg = msmem.win_seg;
-        for (; i < total; ++i) {
-          const int rel = m_tile(i) - m_begin;
-          if ((rel & ~31) != base) {
-            base = rel & ~31;
-            fill_query_window<M>(v, kr, m_begin, nm, base, msmem, meet, seg);
-          }
-          if ((meet >> (rel & 31)) & 1u) break;
-        }
-        // A range that tile_flags reads as the window's id test: without a
-        // compare, the tile and the key tile hold one and the same id.
-        const bool cmp = i < total && ((seg >> ((m_tile(i) - m_begin) & 31)) & 1u);
-        qr = cmp ? Variant::SegRange{} : kr;
       } else if (v.segments()) {
         for (; i < total; ++i) {
           qr = v.q_range(m_tile(i) * M, M);
@@ -377,9 +377,6 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
         }
       }
       if (i < total) fl = tile_flags(v, m_tile(i) * M, M, n0, N, qr, kr);
-      if constexpr (kLogits == 0) {
-        if (dq_order && tid == 0 && i < total) fl |= masks_rank(m_tile(i)) << kTileRankShift;
-      }
     }
     return i;
   };

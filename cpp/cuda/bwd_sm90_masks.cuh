@@ -31,12 +31,13 @@ struct BwdSm90MaskSmem {
   // Iterations ahead: step k's (iteration, tile flags) in ring[k % 4],
   // written by thread 0 two steps before (see the kernel).
   int ring[4][2];
-  // (Masks-only kernels, segment ids over several ids) The search's window:
-  // query tiles m_begin + win_base + l (l < 32) meet the key tile's ids
-  // (bit l of win_meet) and need their ids compared (bit l of win_seg).
-  // Warp 0 alone reads and fills it (fill_query_window).
+  // (Masks-only kernels) The search's window: query tile m_begin +
+  // win_base + l (l < 32) meets the key tile's ids when bit l of win_meet is
+  // set, and takes tile flags win_flags[l]. Warp 0 alone reads and fills it
+  // (fill_query_window).
   int win_base;
-  uint32_t win_meet, win_seg;
+  uint32_t win_meet;
+  int win_flags[32];
 
   __device__ __forceinline__ Variant variant(const FwdParams& p, int b) const {
     return Variant(p, b, q_len, kv_len, offset);
@@ -104,30 +105,34 @@ __device__ __forceinline__ void narrow_query_tiles(const Variant& var, const Bwd
 }
 
 // Warp 0's window of 32 query tiles from rel0 on (relative to m_begin; nm
-// in all): one lane a tile loads its 16-row id ranges, so the per-step
-// search pays one global round trip per 32 tiles instead of one per step
-// (ncu, packed documents: warp 0 late at the step's first barrier). Every
-// lane of warp 0 calls this; the ballots leave the words in every lane.
-template <int M, class MaskSmem>
-__device__ __forceinline__ void fill_query_window(const Variant& v, const Variant::SegRange& kr, int m_begin,
-                                                  int nm, int rel0, MaskSmem& ms, uint32_t& meet,
-                                                  uint32_t& seg) {
-  const int rel = rel0 + int(threadIdx.x & 31);
-  bool m = false, c = false;
+// in all) against key tile n0: one lane a tile loads its 16-row id ranges
+// (with segment ids over several ids) and computes its tile flags, so the
+// per-step search is a bit test and a shared-memory read, and pays one
+// global round trip per 32 tiles instead of one per step (ncu, packed
+// documents: warp 0 late at the step's first barrier). Every lane of warp 0
+// calls this; returns the window's meet bits.
+template <int M, int N, class MaskSmem>
+__device__ __forceinline__ uint32_t fill_query_window(const Variant& v, const Variant::SegRange& kr, int m_begin,
+                                                      int nm, int n0, int rel0, MaskSmem& ms) {
+  const int lane = int(threadIdx.x & 31), rel = rel0 + lane;
+  bool meet = false;
+  int fl = 0;
   if (rel < nm) {
-    const Variant::SegRange qr = v.q_range((m_begin + rel) * M, M);
-    m = !Variant::disjoint(qr, kr);
-    c = v.tile_seg_check(qr, kr);
+    const int m0 = (m_begin + rel) * M;
+    // one_id: every tile met holds the key tile's one id.
+    const Variant::SegRange qr = ms.one_id ? kr : v.q_range(m0, M);
+    meet = !Variant::disjoint(qr, kr);
+    fl = tile_flags(v, m0, M, n0, N, qr, kr);
   }
-  meet = __ballot_sync(0xffffffffu, m);
-  seg = __ballot_sync(0xffffffffu, c);
+  const uint32_t bits = __ballot_sync(0xffffffffu, meet);
   __syncwarp();  // every lane has read the old window
-  if ((threadIdx.x & 31) == 0) {
+  ms.win_flags[lane] = fl;
+  if (lane == 0) {
     ms.win_base = rel0;
-    ms.win_meet = meet;
-    ms.win_seg = seg;
+    ms.win_meet = bits;
   }
   __syncwarp();
+  return bits;
 }
 
 // The masks-only variants' element masks on one keys x queries tile:
