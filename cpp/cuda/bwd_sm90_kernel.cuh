@@ -387,18 +387,22 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
   // has none to spare for.
   int it = 0;
   [[maybe_unused]] int step = 0;
+  // (kMasks) The first two steps' iterations and flags into the ring.
+  [[maybe_unused]] auto ring_first = [&](int it0, int f0, int it1, int f1) {
+    if (tid == 0) {
+      msmem.ring[0][0] = it0;
+      msmem.ring[0][1] = f0;
+      msmem.ring[1][0] = it1;
+      msmem.ring[1][1] = f1;
+    }
+  };
   if constexpr (kWindow) {
     // Warp 0 searches (its window), everyone reads the first iteration.
     if (tid < 32) {
       int f0 = 0, f1 = 0;
       const int it0 = next_it(-1, f0);
       const int it1 = next_it(it0, f1);
-      if (tid == 0) {
-        msmem.ring[0][0] = it0;
-        msmem.ring[0][1] = f0;
-        msmem.ring[1][0] = it1;
-        msmem.ring[1][1] = f1;
-      }
+      ring_first(it0, f0, it1, f1);
     }
     __syncthreads();
     it = msmem.ring[0][0];
@@ -406,12 +410,7 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
     int f0 = 0, f1 = 0;
     it = next_it(-1, f0);
     const int it1 = next_it(it, f1);
-    if (tid == 0) {
-      msmem.ring[0][0] = it;
-      msmem.ring[0][1] = f0;
-      msmem.ring[1][0] = it1;
-      msmem.ring[1][1] = f1;
-    }
+    ring_first(it, f0, it1, f1);
   }
   if (it < total) issue(it, 0);
   cp_async_fence();  // group: K, V, first Q tile
