@@ -73,6 +73,8 @@ struct FwdParams {
   static constexpr int kSegmentBlock = 16;
 
   int group_size() const { return heads_q / heads_kv; }
+  // Packed documents: both id arrays given.
+  bool segment_ids() const { return q_segment_ids != nullptr && kv_segment_ids != nullptr; }
   bool plain_mask() const {
     return query_offset == 0 && window_left < 0 && window_right < 0 && softcap == 0.f &&
            !q_seqlens && !kv_seqlens && !query_offsets && !q_segment_ids && !alibi_slopes &&

@@ -88,8 +88,7 @@ cudaError_t launch_bwd_sm90(const BwdParams& p, BwdLaunchFlags flags, cudaStream
     // Atomic mode: no CTA waits on another, so any launch order is safe.
     const int order_group = p.causal && !p.deterministic
                                 ? bwd_order_group(key_tiles, p.heads_kv, p.batch, p.seqlen_q, D, p.heads_q,
-                                                  int(sizeof(Element)),
-                                                  p.q_segment_ids != nullptr && p.kv_segment_ids != nullptr)
+                                                  int(sizeof(Element)), p.segment_ids())
                                 : 0;
     bwd_sm90_dkdv_kernel<Traits><<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(
         p, dsum, accum, order, rotate, flags.pair_ok, order_group);

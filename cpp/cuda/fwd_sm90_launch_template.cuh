@@ -85,10 +85,9 @@ cudaError_t launch_fwd_sm90(const FwdParams& params, cudaStream_t stream) {
   args.scale_log2 = params.scale * 1.4426950408889634f;
   args.vec = true;
   const dim3 grid((params.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, params.heads_q, params.batch);
-  const bool documents = params.q_segment_ids != nullptr && params.kv_segment_ids != nullptr;
   args.order_group = params.causal ? fwd_order_group(grid.x, params.heads_q, params.batch, params.seqlen_k,
                                                      Traits::kHeadDim, params.heads_kv,
-                                                     int(sizeof(typename Traits::Element)), documents)
+                                                     int(sizeof(typename Traits::Element)), params.segment_ids())
                                    : 0;
   fwd_sm90_kernel<Traits><<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(args);
   return cudaGetLastError();
@@ -139,7 +138,7 @@ cudaError_t run_fwd_sm90_masks_hdim(const FwdParams& params, cudaStream_t stream
   if (!variant_masks_only(params) || !fwd::sm90_vector_ok(params)) return cudaErrorNotSupported;
   using Masks = fwd::Sm90MasksTraits<kHeadDim, kDType>;
   if constexpr (Masks::kRuns) {
-    if (params.q_segment_ids != nullptr && params.kv_segment_ids != nullptr)
+    if (params.segment_ids())
       return fwd::launch_fwd_sm90<fwd::Sm90NoRunsTraits<Masks>>(params, stream);
   }
   return fwd::launch_fwd_sm90<Masks>(params, stream);

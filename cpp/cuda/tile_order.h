@@ -84,6 +84,11 @@ inline long parse_order(const char* s) {
 // Rows a pair's L2 working set is sized by with segment ids (a document
 // length that packed training batches rarely exceed).
 inline constexpr int64_t kDocRows = 4096;
+// The rows of a pair's working set: its sequence, or with segment ids at
+// most kDocRows.
+inline int64_t pair_rows(int seqlen, bool documents) {
+  return documents && seqlen > kDocRows ? kDocRows : seqlen;
+}
 // Section size in pairs for setting `mode` on a grid of num_tiles x pairs
 // CTAs; pair_bytes: one pair's L2 working set. 0 = head-major.
 inline int order_group(long mode, int64_t num_tiles, int64_t pairs, int64_t pair_bytes) {
@@ -100,7 +105,7 @@ inline int fwd_order_group(int num_m, int heads_q, int batch, int seqlen_k, int 
                            int element_bytes, bool documents) {
   static const long mode = parse_order(std::getenv("JAX_FLASH_FWD_ORDER"));
   const int64_t group = heads_kv > 0 && heads_q >= heads_kv ? heads_q / heads_kv : 1;
-  const int64_t rows = documents && seqlen_k > kDocRows ? kDocRows : seqlen_k;
+  const int64_t rows = pair_rows(seqlen_k, documents);
   return order_group(mode, num_m, int64_t(heads_q) * batch, rows * head_dim * element_bytes * 2 / group);
 }
 
@@ -110,7 +115,7 @@ inline int bwd_order_group(int key_tiles, int heads_kv, int batch, int seqlen_q,
                            int element_bytes, bool documents) {
   static const long mode = parse_order(std::getenv("JAX_FLASH_BWD_ORDER"));
   const int64_t group = heads_kv > 0 && heads_q >= heads_kv ? heads_q / heads_kv : 1;
-  const int64_t rows = documents && seqlen_q > kDocRows ? kDocRows : seqlen_q;
+  const int64_t rows = pair_rows(seqlen_q, documents);
   return order_group(mode, key_tiles, int64_t(heads_kv) * batch, rows * head_dim * group * (2 * element_bytes + 4));
 }
 
