@@ -6,6 +6,10 @@ os.environ.setdefault("XLA_FLAGS", "")
 if "xla_force_host_platform_device_count" not in os.environ["XLA_FLAGS"]:
     os.environ["XLA_FLAGS"] += " --xla_force_host_platform_device_count=8"
 
+# CUDA kernels' outputs start as NaN bytes (cpp/cuda/poison.h): an element a
+# kernel fails to write fails the test instead of passing on stale memory.
+os.environ.setdefault("JAX_FLASH_POISON_OUTPUTS", "1")
+
 import jax  # noqa: E402
 import pytest  # noqa: E402
 

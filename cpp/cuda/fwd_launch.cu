@@ -8,6 +8,7 @@
 #include "cuda/fwd_dispatch.h"
 #include "cuda/head_dims.h"
 #include "cuda/launch.h"
+#include "cuda/poison.h"
 
 namespace jax_flash::cuda {
 
@@ -66,6 +67,13 @@ cudaError_t run_fwd(const FwdParams& p, cudaStream_t stream) {
   if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return cudaSuccess;  // nothing to write
   if (p.heads_q > 65535 || p.batch > 65535) return cudaErrorInvalidValue;     // grid y / z limits
   if (!p.q || !p.o || !p.lse || (p.seqlen_k > 0 && (!p.k || !p.v))) return cudaErrorInvalidValue;
+  if (poison_outputs_enabled()) {
+    const size_t elem = p.dtype == DType::kFloat32 ? 4 : 2;
+    cudaError_t err = poison(p.o, strided_span_bytes(p.batch, p.seqlen_q, p.heads_q, p.head_dim, p.o_batch_stride,
+                                                     p.o_row_stride, p.o_head_stride, elem), stream);
+    if (err == cudaSuccess) err = poison(p.lse, size_t(p.batch) * p.heads_q * p.seqlen_q * sizeof(float), stream);
+    if (err != cudaSuccess) return err;
+  }
   const bool vec = vector_ok(p);
   return with_dtype(p.dtype, [&](auto t) { return dispatch_hdim<decltype(t)::value>(p, vec, stream); });
 }

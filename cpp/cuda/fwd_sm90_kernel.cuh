@@ -38,6 +38,8 @@
 #include "cuda/tile_loader.cuh"
 #include "cuda/mask.cuh"
 #include "cuda/softmax.cuh"
+#include "cuda/sm90/softmax_step.cuh"
+#include "cuda/sm90/wgmma.cuh"
 #include "cuda/tile_order.h"
 #include "cuda/utils.cuh"
 #include "cuda/variants.cuh"
@@ -178,66 +180,6 @@ template <class T, class = void>
 struct LogitsOf { static constexpr int value = 0; };
 template <class T>
 struct LogitsOf<T, std::void_t<decltype(T::kLogits)>> { static constexpr int value = T::kLogits; };
-
-// The wgmma accumulator of S, ((2,2,BN/8), 1, 1) compact, converted to
-// 16-bit and seen as the RS A operand ((2,2,2), 1, BN/16): per k16 slice the
-// A fragment is (col pair, row +8, col +8), i.e. two adjacent n8 blocks of
-// the accumulator (the wgmma C and A register layouts agree per n8 block).
-template <int kBlockN>
-using PAsALayout = Layout<Shape<Shape<_2, _2, _2>, _1, Int<kBlockN / 16>>,
-                          Stride<Stride<_1, _2, _4>, _0, _8>>;
-
-// Online softmax of one S tile that leaves O alone: P overwrites the raw
-// scores, corr[r] gets the factor by which O must be rescaled (once the
-// P V wgmma of the previous tile, in flight meanwhile, has landed); the
-// return value says whether any row of the warp moved its max (else
-// corr is all 1 and the rescale is skipped; OnlineSoftmax::kMaxSlackLog2).
-// kShift / shift: as OnlineSoftmax::update.
-template <bool kShift = false, int kRows, bool kLazy, class TS>
-__device__ __forceinline__ bool softmax_step(OnlineSoftmax<kRows, kLazy>& sm, TS& acc_s, float (&corr)[kRows],
-                                             float scale_log2, float shift = 0.f) {
-  Tensor s = make_tensor(acc_s.data(), acc_rowcol_layout(acc_s.layout()));
-  static_assert(decltype(size<0>(s))::value == kRows);
-  bool moved = false;
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    const float m = sm.template row_max_with<kShift>(s, r, shift);
-    corr[r] = sm.advance(r, quad_allreduce(m, MaxOp{}), scale_log2, moved);
-    const float sum = sm.exp2_row(s, r, scale_log2, sm.template max_sub<kShift>(r, scale_log2, shift));
-    sm.row_sum[r] = sm.row_sum[r] * corr[r] + sum;
-  }
-  if constexpr (kLazy) return __any_sync(0xffffffffu, moved);
-  else return true;
-}
-
-template <int kRows, class TO>
-__device__ __forceinline__ void rescale_rows(TO& acc_o, float const (&corr)[kRows], bool moved) {
-  if (!moved) return;  // warp-uniform
-  Tensor o = make_tensor(acc_o.data(), acc_rowcol_layout(acc_o.layout()));
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-#pragma unroll
-    for (int c = 0; c < size<1>(o); ++c) o(r, c) *= corr[r];
-  }
-}
-
-// Issue acc (+)= A B over all k16 slices as one wgmma batch (not waited on).
-// kRegA: A is a register fragment (RS), else smem descriptors (SS).
-template <bool kZeroInit, bool kRegA, class TiledMma, class TA, class TB, class TC>
-__device__ __forceinline__ void wgmma_issue(TiledMma& mma, TA& tA, TB const& tB, TC& acc) {
-  if constexpr (kRegA) warpgroup_fence_operand(tA);
-  warpgroup_fence_operand(acc);
-  warpgroup_arrive();
-  if constexpr (kZeroInit) mma.accumulate_ = GMMA::ScaleOut::Zero;
-  CUTE_UNROLL
-  for (int k = 0; k < size<2>(tA); ++k) {
-    cute::gemm(mma, tA(_, _, k), tB(_, _, k), acc);
-    mma.accumulate_ = GMMA::ScaleOut::One;
-  }
-  warpgroup_commit_batch();
-  warpgroup_fence_operand(acc);
-  if constexpr (kRegA) warpgroup_fence_operand(tA);
-}
 
 // Raw scores of one S tile -> logits in log2 units (Variant::logit_log2):
 // s * scale, soft-cap cap * tanh(s * scale / cap), ALiBi

@@ -121,12 +121,6 @@ using Sm90LogitsBothMasksTraits =
 
 }  // namespace fwd
 
-// Plain attention, vector-aligned inputs only (the caller checks both).
-template <DType kDType, int kHeadDim>
-cudaError_t run_fwd_sm90_hdim(const FwdParams& params, cudaStream_t stream) {
-  return fwd::launch_fwd_sm90<fwd::Sm90DefaultTraits<kHeadDim, kDType>>(params, stream);
-}
-
 // Masks-only variants (window, lengths, query offsets, segment ids; also
 // plain parameters) on the wgmma kernel. cudaErrorNotSupported, for the
 // caller to fall back to the SM80 masks kernel, when: soft-cap, ALiBi or
@@ -164,8 +158,4 @@ cudaError_t run_fwd_sm90_logits_hdim(const FwdParams& params, cudaStream_t strea
 
 #define JAX_FLASH_INSTANTIATE_FWD_SM90_LOGITS(DTYPE, HDIM)                                      \
   template cudaError_t jax_flash::cuda::run_fwd_sm90_logits_hdim<jax_flash::DType::DTYPE, HDIM>( \
-      const jax_flash::FwdParams&, cudaStream_t);
-
-#define JAX_FLASH_INSTANTIATE_FWD_SM90(DTYPE, HDIM)                                      \
-  template cudaError_t jax_flash::cuda::run_fwd_sm90_hdim<jax_flash::DType::DTYPE, HDIM>( \
       const jax_flash::FwdParams&, cudaStream_t);

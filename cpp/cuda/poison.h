@@ -1,0 +1,39 @@
+// Test aid: with JAX_FLASH_POISON_OUTPUTS=1 in the environment (read once a
+// process) the CUDA entry points fill their outputs with NaN bytes (0xFF)
+// before launching, on the same stream, so any element a kernel fails to
+// write shows as NaN in the tests instead of stale memory that may look right.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#include <cuda_runtime_api.h>
+
+namespace jax_flash::cuda {
+
+inline bool poison_outputs_enabled() {
+  static const bool on = [] {
+    const char* s = std::getenv("JAX_FLASH_POISON_OUTPUTS");
+    return s != nullptr && std::strcmp(s, "0") != 0 && s[0] != '\0';
+  }();
+  return on;
+}
+
+// The bytes spanned by a [batch, rows, heads, head_dim] tensor with these
+// element strides (non-negative; the last stride is 1).
+inline size_t strided_span_bytes(int batch, int rows, int heads, int head_dim, int64_t batch_stride,
+                                 int64_t row_stride, int64_t head_stride, size_t element_bytes) {
+  if (batch <= 0 || rows <= 0 || heads <= 0 || head_dim <= 0) return 0;
+  const int64_t last = int64_t(batch - 1) * batch_stride + int64_t(rows - 1) * row_stride +
+                       int64_t(heads - 1) * head_stride + head_dim;
+  return size_t(last) * element_bytes;
+}
+
+inline cudaError_t poison(void* ptr, size_t bytes, cudaStream_t stream) {
+  if (ptr == nullptr || bytes == 0) return cudaSuccess;
+  return cudaMemsetAsync(ptr, 0xFF, bytes, stream);
+}
+
+}  // namespace jax_flash::cuda

@@ -1,0 +1,88 @@
+// Compile-time shape of the warp-specialised Hopper forward: tiles per head
+// dim, shared-memory layouts, the two wgmma tiled MMAs, the TMA copy types
+// and the shared storage. Only nvcc (sm_90a units) includes it.
+#pragma once
+
+#include <cstdint>
+
+#include <cute/tensor.hpp>
+#include <cute/atom/copy_traits_sm90_tma.hpp>
+#include <cute/atom/mma_atom.hpp>
+#include <cute/atom/mma_traits_sm90_gmma.hpp>
+#include <cute/container/array_aligned.hpp>
+#include <cutlass/numeric_types.h>
+
+namespace jax_flash::cuda::sm90 {
+
+using namespace cute;
+
+// Key-tile width and pipeline depth per head dim. The query tile is 128
+// rows: two consumer warpgroups of 64 (the wgmma M) share every K/V stage.
+// Registers per consumer thread: O (D/2) + S (BN/2) + P (BN/4) floats'
+// worth, under the 240 that setmaxnreg leaves them; shared memory:
+// Q + stages x (K + V) under the 227 KB an SM grants one CTA.
+template <int D> struct FwdTile;
+template <> struct FwdTile<64>  { static constexpr int kN = 128, kStages = 3; };  // 16 + 96 KB
+template <> struct FwdTile<128> { static constexpr int kN = 128, kStages = 2; };  // 32 + 128 KB
+template <> struct FwdTile<256> { static constexpr int kN = 64,  kStages = 2; };  // 64 + 128 KB
+
+template <int kHeadDim_, class Element_>
+struct FwdConfig {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = 128;
+  static constexpr int kBlockN = FwdTile<kHeadDim>::kN;
+  static constexpr int kStages = FwdTile<kHeadDim>::kStages;
+  static constexpr int kConsumerWarpgroups = 2;
+  static constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
+  static constexpr int kThreads = 128 + kConsumerThreads;  // warpgroup 0: the TMA producer
+  // setmaxnreg: 64K registers over 384 threads; the producer needs few.
+  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+  static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumerThreads <= 65536);
+  // O rescaled only when a row's max moves by more than 2^8 (OnlineSoftmax).
+  static constexpr bool kLazyRescale = kHeadDim >= 128;
+
+  using WarpgroupsMNK = Layout<Shape<Int<kConsumerWarpgroups>, _1, _1>>;
+  // S = Q K^T: A = Q (BM, D), B = K (BN, D), both K-major in smem.
+  using TiledMmaS = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kBlockN>, Int<kHeadDim>>>(), WarpgroupsMNK{}));
+  // O += P V: A = P in registers, B = V^T (D, BN) read MN-major.
+  using TiledMmaO = decltype(make_tiled_mma(
+      GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockN>>, GMMA::Major::K,
+                           GMMA::Major::MN>(),
+      WarpgroupsMNK{}));
+
+  using SmemAtom = GMMA::Layout_K_SW128_Atom<Element>;
+  using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  using SmemLayoutKV = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{}));
+  // V (BN, D, stage) seen as V^T (D, BN, stage): same bytes.
+  using SmemLayoutVt = decltype(composition(
+      SmemLayoutKV{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{}, Step<_2, _1, _3>{})));
+
+  // Global q / k / v as TMA sees them: (rows, head_dim, heads, batch) with
+  // element strides (BTNH: any row / head / batch strides, unit head_dim).
+  using GmemLayout = Layout<Shape<int32_t, int32_t, int32_t, int32_t>, Stride<int64_t, _1, int64_t, int64_t>>;
+  using GmemTensor = decltype(make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemLayout{}));
+  using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutQ{},
+                                      Shape<Int<kBlockM>, Int<kHeadDim>>{}, _1{}));
+  using TmaKV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutKV{}),
+                                       Shape<Int<kBlockN>, Int<kHeadDim>>{}, _1{}));
+  // Bytes one TMA box lands (out-of-bounds rows and columns are zero-filled
+  // and counted too).
+  static constexpr uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
+  static constexpr uint32_t kKVBytes = kBlockN * kHeadDim * sizeof(Element);
+
+  struct SharedStorage {
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutKV>, 1024> k;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutKV>, 1024> v;
+    // mbarriers: *_full completes when a TMA box has landed (transaction
+    // bytes), *_empty when every consumer thread is done with the buffer.
+    alignas(8) uint64_t q_full, q_empty;
+    uint64_t k_full[kStages], k_empty[kStages], v_full[kStages], v_empty[kStages];
+  };
+  static constexpr int kSmemBytes = int(sizeof(SharedStorage));
+  static_assert(kSmemBytes <= 227 * 1024);
+};
+
+}  // namespace jax_flash::cuda::sm90

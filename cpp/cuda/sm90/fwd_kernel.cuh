@@ -1,0 +1,89 @@
+// The warp-specialised Hopper (sm_90a) forward for plain attention (full or
+// causal, GQA, any sequence lengths): FlashAttention-3's shape.
+// - Warpgroup 0 is the producer: it gives up registers (setmaxnreg) and one
+//   thread issues the TMA loads of Q, K and V (fwd_producer.cuh).
+// - Warpgroups 1 and 2 are consumers, 64 query rows each of a 128-row tile:
+//   wgmma, online softmax, epilogue (fwd_mainloop.cuh, fwd_epilogue.cuh).
+// - The grid is persistent: one CTA per SM walks the work tiles
+//   (tile_scheduler.cuh); K/V rings run on across tiles, so the next tile's
+//   loads overlap this one's epilogue.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/reg_reconfig.h>
+
+#include "cuda/softmax.cuh"
+#include "cuda/sm90/fwd_epilogue.cuh"
+#include "cuda/sm90/fwd_mainloop.cuh"
+#include "cuda/sm90/fwd_params.cuh"
+#include "cuda/sm90/fwd_producer.cuh"
+#include "cuda/sm90/pipeline.cuh"
+
+namespace jax_flash::cuda::sm90 {
+
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_ws_kernel(const __grid_constant__ FwdKernelParams<Cfg> kp) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Element = typename Cfg::Element;
+  using Storage = typename Cfg::SharedStorage;
+  extern __shared__ __align__(1024) char smem_raw[];
+  Storage& ss = *reinterpret_cast<Storage*>(smem_raw);
+  const int tid = threadIdx.x;
+  const int warpgroup = tid / 128;
+
+  if (tid == 0) {
+    prefetch_tma_descriptor(kp.tma_q.get_tma_descriptor());
+    prefetch_tma_descriptor(kp.tma_k.get_tma_descriptor());
+    prefetch_tma_descriptor(kp.tma_v.get_tma_descriptor());
+    barrier_init(ss.q_full, 1);
+    barrier_init(ss.q_empty, Cfg::kConsumerThreads);
+#pragma unroll
+    for (int s = 0; s < Cfg::kStages; ++s) {
+      barrier_init(ss.k_full[s], 1);
+      barrier_init(ss.v_full[s], 1);
+      barrier_init(ss.k_empty[s], Cfg::kConsumerThreads);
+      barrier_init(ss.v_empty[s], Cfg::kConsumerThreads);
+    }
+    cutlass::arch::fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (warpgroup == 0) {
+    cutlass::arch::warpgroup_reg_dealloc<Cfg::kProducerRegs>();
+    if (tid == 0) fwd_produce<Cfg>(kp, ss);
+    return;
+  }
+  cutlass::arch::warpgroup_reg_alloc<Cfg::kConsumerRegs>();
+  const FwdParams& p = kp.p;
+  const TileScheduler& sched = kp.sched;
+  FwdMainloop<Cfg> mainloop(tid - 128);
+  // Warpgroup 0 of the consumers issues first.
+  if (mainloop.wg == 1) named_arrive(kPingBarrier + 0, Cfg::kConsumerThreads);
+
+  auto thr_o = mainloop.mma_o.get_thread_slice(mainloop.ctid);
+  Tensor tOc = thr_o.partition_C(make_identity_tensor(Shape<Int<Cfg::kBlockM>, Int<Cfg::kHeadDim>>{}));
+  uint32_t q_phase = 0;
+  for (int t = sched.first(); t < sched.total(); t = sched.next(t)) {
+    const TileCoord c = sched.coord(t);
+    const int n_end = key_tiles_end<Cfg>(p, c.tile);
+    Tensor acc_o = partition_fragment_C(mainloop.mma_o, Shape<Int<Cfg::kBlockM>, Int<Cfg::kHeadDim>>{});
+    clear(acc_o);
+    fwd::OnlineSoftmax<2, Cfg::kLazyRescale> softmax;
+    barrier_wait(ss.q_full, q_phase);
+    q_phase ^= 1u;
+    mainloop.run(p, kp.scale_log2, ss, c.tile, n_end, acc_o, softmax);
+    barrier_arrive(ss.q_empty);  // every wgmma reading Q has completed
+    float lse[2];
+    softmax.finalize(acc_o, lse, kp.scale_log2);
+    store_o_lse<Element>(p, acc_o, tOc, lse, c.tile * Cfg::kBlockM, c.head, c.batch);
+  }
+  // Balance the ping-pong: warpgroup 1's last hand-over to warpgroup 0.
+  if (mainloop.wg == 0) named_sync(kPingBarrier + 0, Cfg::kConsumerThreads);
+#else
+#if defined(__CUDA_ARCH__)
+  __trap();  // not built for sm_90a: the host never launches this
+#endif
+#endif
+}
+
+}  // namespace jax_flash::cuda::sm90

@@ -1,0 +1,98 @@
+// Host side of the warp-specialised Hopper forward: which calls it takes,
+// the TMA descriptors, the persistent grid, the launch. Included only by
+// instantiations/fwd_sm90_hdim*_*.cu.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <type_traits>
+
+#include <cuda_runtime_api.h>
+
+#include "cuda/fwd_dispatch.h"
+#include "cuda/sm90/fwd_kernel.cuh"
+#include "cuda/sm90_ready.h"
+#include "cuda/tile_order.h"
+
+namespace jax_flash::cuda {
+
+namespace sm90 {
+
+template <DType kDType>
+using ElementOf = std::conditional_t<kDType == DType::kFloat16, cutlass::half_t, cutlass::bfloat16_t>;
+
+// TMA needs 16 B aligned bases and strides (head_dim in whole 16 B chunks).
+inline bool tma_ok(const FwdParams& p) {
+  auto a16 = [](const void* x) { return (reinterpret_cast<uintptr_t>(x) & 15u) == 0; };
+  if (p.head_dim % 8 != 0 || !a16(p.q) || !a16(p.k) || !a16(p.v) || !a16(p.o)) return false;
+  const int64_t strides[] = {p.q_batch_stride, p.q_row_stride, p.q_head_stride, p.k_batch_stride,
+                             p.k_row_stride,   p.k_head_stride, p.v_batch_stride, p.v_row_stride,
+                             p.v_head_stride,  p.o_batch_stride, p.o_row_stride, p.o_head_stride};
+  for (int64_t s : strides)
+    if (s % 8 != 0) return false;
+  return true;
+}
+
+inline int sm_count() {
+  static std::atomic<int> cached[32] = {};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 32) return 0;
+  int n = cached[dev].load(std::memory_order_relaxed);
+  if (n == 0 && cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess)
+    cached[dev].store(n, std::memory_order_relaxed);
+  return n;
+}
+
+template <class Cfg>
+cudaError_t launch_fwd_ws(const FwdParams& p, cudaStream_t stream) {
+  using Element = typename Cfg::Element;
+  static std::atomic<unsigned long long> ready{0};
+  if (!sm90_kernel_ready(&fwd_ws_kernel<Cfg>, Cfg::kSmemBytes, ready)) return cudaErrorNotSupported;
+  // Rows that see no key (seqlen_k == 0) are the SM80 kernel's.
+  if (p.seqlen_k == 0 || !tma_ok(p)) return cudaErrorNotSupported;
+  const int64_t num_m = (int64_t(p.seqlen_q) + Cfg::kBlockM - 1) / Cfg::kBlockM;
+  const int64_t total = num_m * p.heads_q * p.batch;
+  const int sms = sm_count();
+  if (total >= (int64_t(1) << 31) || sms <= 0) return cudaErrorNotSupported;
+
+  FwdKernelParams<Cfg> kp;
+  auto gmem = [](const void* ptr, int rows, const FwdParams& p, int heads, int64_t row, int64_t head, int64_t batch) {
+    return make_tensor(make_gmem_ptr(static_cast<Element const*>(ptr)),
+                       make_layout(gmem_shape<Cfg>(rows, p.head_dim, heads, p.batch), make_stride(row, _1{}, head, batch)));
+  };
+  kp.tma_q = make_tma_copy(SM90_TMA_LOAD{}, gmem(p.q, p.seqlen_q, p, p.heads_q, p.q_row_stride, p.q_head_stride, p.q_batch_stride),
+                           typename Cfg::SmemLayoutQ{}, Shape<Int<Cfg::kBlockM>, Int<Cfg::kHeadDim>>{}, _1{});
+  kp.tma_k = make_tma_copy(SM90_TMA_LOAD{}, gmem(p.k, p.seqlen_k, p, p.heads_kv, p.k_row_stride, p.k_head_stride, p.k_batch_stride),
+                           take<0, 2>(typename Cfg::SmemLayoutKV{}), Shape<Int<Cfg::kBlockN>, Int<Cfg::kHeadDim>>{}, _1{});
+  kp.tma_v = make_tma_copy(SM90_TMA_LOAD{}, gmem(p.v, p.seqlen_k, p, p.heads_kv, p.v_row_stride, p.v_head_stride, p.v_batch_stride),
+                           take<0, 2>(typename Cfg::SmemLayoutKV{}), Shape<Int<Cfg::kBlockN>, Int<Cfg::kHeadDim>>{}, _1{});
+  kp.p = p;
+  kp.scale_log2 = p.scale * 1.4426950408889634f;
+  kp.sched.num_m = int(num_m);
+  kp.sched.heads = p.heads_q;
+  kp.sched.batch = p.batch;
+  kp.sched.causal = p.causal;
+  kp.sched.group = p.causal ? fwd_order_group(int(num_m), p.heads_q, p.batch, p.seqlen_k, Cfg::kHeadDim, p.heads_kv,
+                                              int(sizeof(Element)), false)
+                            : 0;
+  const int grid = int(total < sms ? total : sms);
+  fwd_ws_kernel<Cfg><<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(kp);
+  return cudaGetLastError();
+}
+
+}  // namespace sm90
+
+// Plain attention (full or causal, GQA) on the warp-specialised kernel;
+// cudaErrorNotSupported (the caller falls back to the SM80 kernel) when the
+// device is not cc 9.0, the build has no sm_90a binary, the rows are not
+// 16 B aligned for TMA, or seqlen_k is 0.
+template <DType kDType, int kHeadDim>
+cudaError_t run_fwd_sm90_hdim(const FwdParams& params, cudaStream_t stream) {
+  return sm90::launch_fwd_ws<sm90::FwdConfig<kHeadDim, sm90::ElementOf<kDType>>>(params, stream);
+}
+
+}  // namespace jax_flash::cuda
+
+#define JAX_FLASH_INSTANTIATE_FWD_SM90(DTYPE, HDIM)                                      \
+  template cudaError_t jax_flash::cuda::run_fwd_sm90_hdim<jax_flash::DType::DTYPE, HDIM>( \
+      const jax_flash::FwdParams&, cudaStream_t);

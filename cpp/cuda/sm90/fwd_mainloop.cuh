@@ -1,0 +1,127 @@
+// Consumer mainloop of the warp-specialised Hopper forward: one warpgroup,
+// 64 query rows, every key tile of the work tile (last first).
+//
+// Two overlaps hide the softmax behind the tensor cores:
+// - within the warpgroup, S(n) = Q K(n)^T is issued together with
+//   O += P(n+1) V(n+1), and the softmax of S(n) runs while that P V is in
+//   flight (O's rescale waits for it);
+// - across the two consumer warpgroups, named barriers let one issue its
+//   wgmmas only after the other has issued its own (ping-pong), so one's
+//   softmax runs under the other's matrix products.
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include "cuda/mask.cuh"
+#include "cuda/softmax.cuh"
+#include "cuda/sm90/fwd_config.cuh"
+#include "cuda/sm90/pipeline.cuh"
+#include "cuda/sm90/softmax_step.cuh"
+#include "cuda/sm90/wgmma.cuh"
+#include "params.h"
+
+namespace jax_flash::cuda::sm90 {
+
+// Named barrier ids of the ping-pong (0 is __syncthreads).
+inline constexpr int kPingBarrier = 1;
+
+template <class Cfg>
+struct FwdMainloop {
+  using Element = typename Cfg::Element;
+  static constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kHeadDim = Cfg::kHeadDim;
+  static constexpr int kPingThreads = Cfg::kConsumerThreads;
+
+  typename Cfg::TiledMmaS mma_s;
+  typename Cfg::TiledMmaO mma_o;
+  int ctid;  // consumer thread index, [0, kConsumerThreads)
+  int wg;    // consumer warpgroup, 0 or 1
+  RingState<Cfg::kStages> k_ring, v_ring;
+
+  __device__ __forceinline__ explicit FwdMainloop(int consumer_tid) : ctid(consumer_tid), wg(consumer_tid / 128) {}
+
+  // Ping-pong: wait for this warpgroup's turn to issue / hand it over.
+  __device__ __forceinline__ void turn_wait() const { named_sync(kPingBarrier + wg, kPingThreads); }
+  __device__ __forceinline__ void turn_pass() const { named_arrive(kPingBarrier + (wg ^ 1), kPingThreads); }
+
+  // Accumulate this warpgroup's rows of query tile m_block into acc_o
+  // (unnormalised) and the softmax state, over key tiles [0, n_end), n_end >= 1.
+  template <class TO, class TS>
+  __device__ __forceinline__ void run(const FwdParams& p, float scale_log2, typename Cfg::SharedStorage& ss, int m_block,
+                                      int n_end, TO& acc_o, TS& softmax) {
+    Tensor sQ = make_tensor(make_smem_ptr(ss.q.data()), typename Cfg::SmemLayoutQ{});
+    Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), typename Cfg::SmemLayoutKV{});
+    Tensor sVt = make_tensor(make_smem_ptr(ss.v.data()), typename Cfg::SmemLayoutVt{});
+    auto thr_s = mma_s.get_thread_slice(ctid);
+    auto thr_o = mma_o.get_thread_slice(ctid);
+    Tensor tSrQ = thr_s.partition_fragment_A(sQ);   // smem descriptors
+    Tensor tSrK = thr_s.partition_fragment_B(sK);   // (MMA, MMA_N, MMA_K, stage)
+    Tensor tOrV = thr_o.partition_fragment_B(sVt);  // (MMA, MMA_N, MMA_K, stage)
+    Tensor tSc = thr_s.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
+
+    constexpr int kRows = 2;
+    const int row0 = m_block * kBlockM;          // the tile's (tSc is tile-relative)
+    const int wg_row0 = row0 + 64 * wg;          // this warpgroup's first row
+    auto mask = [&](int n, auto& acc_s) {
+      const int col0 = n * kBlockN;
+      if (fwd::tile_needs_mask<64, kBlockN>(wg_row0, col0, p.seqlen_k, p.causal))
+        fwd::apply_mask(acc_s, tSc, row0, col0, p.seqlen_k, p.causal);
+    };
+    using AccS = decltype(partition_fragment_C(mma_s, Shape<Int<kBlockM>, Int<kBlockN>>{}));
+    using FragP = decltype(make_tensor<Element>(fwd::PAsALayout<kBlockN>{}));
+    FragP tOrP;
+    float corr[kRows];
+
+    // First (last-index) key tile: S alone.
+    int n = n_end - 1;
+    {
+      barrier_wait(ss.k_full[k_ring.index], k_ring.phase);
+      AccS acc_s;
+      turn_wait();
+      fwd::wgmma_issue<true, false>(mma_s, tSrQ, tSrK(_, _, _, k_ring.index), acc_s);
+      turn_pass();
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(acc_s);
+      barrier_arrive(ss.k_empty[k_ring.index]);
+      k_ring.advance();
+      mask(n, acc_s);
+      fwd::softmax_step(softmax, acc_s, corr, scale_log2);  // O is still 0: no rescale
+      Tensor rP = fwd::convert_regs<Element>(acc_s);
+#pragma unroll
+      for (int i = 0; i < size(tOrP); ++i) tOrP(i) = rP(i);
+    }
+    for (--n; n >= 0; --n) {
+      barrier_wait(ss.k_full[k_ring.index], k_ring.phase);
+      AccS acc_s;
+      turn_wait();
+      fwd::wgmma_issue<true, false>(mma_s, tSrQ, tSrK(_, _, _, k_ring.index), acc_s);
+      barrier_wait(ss.v_full[v_ring.index], v_ring.phase);  // V(n + 1)
+      fwd::wgmma_issue<false, true>(mma_o, tOrP, tOrV(_, _, _, v_ring.index), acc_o);
+      turn_pass();
+      warpgroup_wait<1>();  // S(n)
+      warpgroup_fence_operand(acc_s);
+      barrier_arrive(ss.k_empty[k_ring.index]);
+      k_ring.advance();
+      mask(n, acc_s);
+      const bool moved = fwd::softmax_step(softmax, acc_s, corr, scale_log2);
+      warpgroup_wait<0>();  // P(n + 1) V(n + 1)
+      warpgroup_fence_operand(acc_o);
+      barrier_arrive(ss.v_empty[v_ring.index]);
+      v_ring.advance();
+      fwd::rescale_rows(acc_o, corr, moved);
+      Tensor rP = fwd::convert_regs<Element>(acc_s);
+#pragma unroll
+      for (int i = 0; i < size(tOrP); ++i) tOrP(i) = rP(i);
+    }
+    // P(0) V(0).
+    barrier_wait(ss.v_full[v_ring.index], v_ring.phase);
+    turn_wait();
+    fwd::wgmma_issue<false, true>(mma_o, tOrP, tOrV(_, _, _, v_ring.index), acc_o);
+    turn_pass();
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(acc_o);
+    barrier_arrive(ss.v_empty[v_ring.index]);
+    v_ring.advance();
+  }
+};
+
+}  // namespace jax_flash::cuda::sm90

@@ -1,0 +1,80 @@
+// The producer of the warp-specialised Hopper forward: one thread issues
+// every TMA load. Per work tile: Q once (after the consumers released the
+// previous tile's), then K and V of each visited key tile, last tile first
+// (the masked ones), into their kStages-deep rings.
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include "cuda/sm90/fwd_params.cuh"
+#include "cuda/sm90/pipeline.cuh"
+
+namespace jax_flash::cuda::sm90 {
+
+// Key tiles query tile m_block visits: [0, n_end).
+template <class Cfg>
+__device__ __forceinline__ int key_tiles_end(const FwdParams& p, int m_block) {
+  int keys = p.seqlen_k;
+  if (p.causal) keys = min(keys, (m_block + 1) * Cfg::kBlockM);  // top-left: row i sees keys j <= i
+  return (keys + Cfg::kBlockN - 1) / Cfg::kBlockN;
+}
+
+template <class Cfg>
+__device__ __forceinline__ void fwd_produce(const FwdKernelParams<Cfg>& kp, typename Cfg::SharedStorage& ss) {
+  using Element = typename Cfg::Element;
+  constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kHeadDim = Cfg::kHeadDim;
+  const FwdParams& p = kp.p;
+  const TileScheduler& sched = kp.sched;
+
+  Tensor sQ = make_tensor(make_smem_ptr(ss.q.data()), typename Cfg::SmemLayoutQ{});
+  Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), typename Cfg::SmemLayoutKV{});
+  Tensor sV = make_tensor(make_smem_ptr(ss.v.data()), typename Cfg::SmemLayoutKV{});
+  Tensor mQ = kp.tma_q.get_tma_tensor(gmem_shape<Cfg>(p.seqlen_q, p.head_dim, p.heads_q, p.batch));
+  Tensor mK = kp.tma_k.get_tma_tensor(gmem_shape<Cfg>(p.seqlen_k, p.head_dim, p.heads_kv, p.batch));
+  Tensor mV = kp.tma_v.get_tma_tensor(gmem_shape<Cfg>(p.seqlen_k, p.head_dim, p.heads_kv, p.batch));
+  const int group = p.heads_q / p.heads_kv;
+
+  RingState<Cfg::kStages> k_ring, v_ring;
+  k_ring.phase = v_ring.phase = 1u;  // buffers start free
+  uint32_t q_phase = 1u;
+  for (int t = sched.first(); t < sched.total(); t = sched.next(t)) {
+    const TileCoord c = sched.coord(t);
+    const int head_kv = c.head / group;
+    Tensor gQ = local_tile(mQ(_, _, c.head, c.batch), Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(c.tile, _0{}));
+    Tensor gK = local_tile(mK(_, _, head_kv, c.batch), Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));
+    Tensor gV = local_tile(mV(_, _, head_kv, c.batch), Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));
+    auto q_part = tma_partition(kp.tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
+    auto k_part = tma_partition(kp.tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+    auto v_part = tma_partition(kp.tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
+    auto& tKg = get<0>(k_part);  // (TMA, key tile)
+    auto& tKs = get<1>(k_part);  // (TMA, stage)
+    auto& tVg = get<0>(v_part);
+    auto& tVs = get<1>(v_part);
+
+    const int n_end = key_tiles_end<Cfg>(p, c.tile);
+    // The first K tile before Q's release wait: it does not touch Q's buffer.
+    auto load_k = [&](int n) {
+      barrier_wait(ss.k_empty[k_ring.index], k_ring.phase);
+      barrier_expect_bytes(ss.k_full[k_ring.index], Cfg::kKVBytes);
+      copy(kp.tma_k.with(ss.k_full[k_ring.index]), tKg(_, n), tKs(_, k_ring.index));
+      k_ring.advance();
+    };
+    auto load_v = [&](int n) {
+      barrier_wait(ss.v_empty[v_ring.index], v_ring.phase);
+      barrier_expect_bytes(ss.v_full[v_ring.index], Cfg::kKVBytes);
+      copy(kp.tma_v.with(ss.v_full[v_ring.index]), tVg(_, n), tVs(_, v_ring.index));
+      v_ring.advance();
+    };
+    if (n_end > 0) load_k(n_end - 1);
+    barrier_wait(ss.q_empty, q_phase);
+    q_phase ^= 1u;
+    barrier_expect_bytes(ss.q_full, Cfg::kQBytes);
+    copy(kp.tma_q.with(ss.q_full), get<0>(q_part), get<1>(q_part));
+    for (int n = n_end - 1; n >= 0; --n) {
+      if (n < n_end - 1) load_k(n);
+      load_v(n);
+    }
+  }
+}
+
+}  // namespace jax_flash::cuda::sm90

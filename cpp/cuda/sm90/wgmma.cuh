@@ -1,0 +1,41 @@
+// wgmma helpers shared by the Hopper kernels (forward and backward): one
+// batch of wgmmas over all k16 slices, and the S accumulator seen as the
+// register A operand of the next wgmma.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cute/atom/mma_atom.hpp>
+#include <cute/atom/mma_traits_sm90_gmma.hpp>
+#include <cute/arch/mma_sm90.hpp>
+
+namespace jax_flash::cuda::fwd {
+
+using namespace cute;
+
+// The wgmma accumulator of S, ((2,2,BN/8), 1, 1) compact, converted to
+// 16-bit and seen as the RS A operand ((2,2,2), 1, BN/16): per k16 slice the
+// A fragment is (col pair, row +8, col +8), i.e. two adjacent n8 blocks of
+// the accumulator (the wgmma C and A register layouts agree per n8 block).
+template <int kBlockN>
+using PAsALayout = Layout<Shape<Shape<_2, _2, _2>, _1, Int<kBlockN / 16>>,
+                          Stride<Stride<_1, _2, _4>, _0, _8>>;
+
+// Issue acc (+)= A B over all k16 slices as one wgmma batch (not waited on).
+// kRegA: A is a register fragment (RS), else smem descriptors (SS).
+template <bool kZeroInit, bool kRegA, class TiledMma, class TA, class TB, class TC>
+__device__ __forceinline__ void wgmma_issue(TiledMma& mma, TA& tA, TB const& tB, TC& acc) {
+  if constexpr (kRegA) warpgroup_fence_operand(tA);
+  warpgroup_fence_operand(acc);
+  warpgroup_arrive();
+  if constexpr (kZeroInit) mma.accumulate_ = GMMA::ScaleOut::Zero;
+  CUTE_UNROLL
+  for (int k = 0; k < size<2>(tA); ++k) {
+    cute::gemm(mma, tA(_, _, k), tB(_, _, k), acc);
+    mma.accumulate_ = GMMA::ScaleOut::One;
+  }
+  warpgroup_commit_batch();
+  warpgroup_fence_operand(acc);
+  if constexpr (kRegA) warpgroup_fence_operand(tA);
+}
+
+}  // namespace jax_flash::cuda::fwd
