@@ -36,6 +36,21 @@ def _pallas_mha():
     return pallas_attention.mha
 
 
+def _pallas_mgpu():
+    """Pallas Mosaic GPU (FlashAttention-3-style Hopper kernel shipped with
+    jax; float16, head_dim a multiple of 64, forward and non-causal backward)."""
+    try:
+        from jax.experimental.pallas.ops.gpu import attention_mgpu
+    except Exception:  # pragma: no cover - depends on the jax install
+        return None
+
+    def run(q, k, v, causal):
+        cfg = attention_mgpu.TuningConfig(block_q=128, block_kv=128, max_concurrent_steps=2, causal=causal)
+        return attention_mgpu.attention(q, k, v, cfg)
+
+    return run
+
+
 def make_impls(on_gpu: bool, wanted: list[str]):
     impls = {
         "jax_flash": lambda q, k, v, causal: jax_flash.attention(q, k, v, causal=causal),
@@ -47,6 +62,9 @@ def make_impls(on_gpu: bool, wanted: list[str]):
     if on_gpu:
         impls["cudnn"] = lambda q, k, v, causal: jax.nn.dot_product_attention(
             q, k, v, is_causal=causal, implementation="cudnn")
+        mgpu = _pallas_mgpu()
+        if mgpu is not None:
+            impls["pallas_mgpu"] = mgpu
         mha = _pallas_mha()
         if mha is not None:
             impls["pallas"] = lambda q, k, v, causal: mha(
@@ -81,7 +99,8 @@ def main(argv=None):
     ap.add_argument("--causal", choices=["both", "yes", "no"], default="both")
     ap.add_argument("--modes", nargs="+", default=["fwd", "fwd_bwd"], choices=["fwd", "fwd_bwd"])
     ap.add_argument("--impls", nargs="+", default=["jax_flash", "cudnn", "xla", "pallas"],
-                    help="of jax_flash, jax_flash_det (deterministic backward), cudnn, xla, pallas")
+                    help="of jax_flash, jax_flash_det (deterministic backward), cudnn, xla, pallas, "
+                         "pallas_mgpu (Mosaic GPU, float16)")
     ap.add_argument("--xla-max-seqlen", type=int, default=4096,
                     help="skip the materialising XLA path above this (it runs out of memory)")
     ap.add_argument("--out", help="write JSON records here")

@@ -72,6 +72,11 @@ struct FwdParams {
 
   static constexpr int kSegmentBlock = 16;
 
+  // CUDA: one int32 of device scratch (an FFI output, contents undefined on
+  // entry) for the persistent Hopper forward's tile counter; nullptr: the
+  // kernel falls back to a static schedule.
+  int32_t* tile_counter = nullptr;
+
   int group_size() const { return heads_q / heads_kv; }
   // Packed documents: both id arrays given.
   bool segment_ids() const { return q_segment_ids != nullptr && kv_segment_ids != nullptr; }

@@ -123,10 +123,14 @@ def ffi_fwd(q, k, v, scale: float, causal, extras: Extras = NO_EXTRAS):
     out_types = (
         _result(q.shape, q.dtype, q),
         _result(_lse_shape(q), jnp.float32, q),
+        # Scratch for the CUDA kernel's tile scheduler (a work counter), an
+        # extra discarded output as the backward's workspace is.
+        _result(q.shape[:-3] + (1,), jnp.int32, q),
     )
     call = jax.ffi.ffi_call(_ffi.FWD_TARGET, out_types, vmap_method="broadcast_all")
-    return call(q, k, v, *extras.arrays(), scale=np.float32(scale),
-                optional_inputs=np.int64(extras.present()), **Mask.of(causal).ffi_attrs())
+    o, lse, _scratch = call(q, k, v, *extras.arrays(), scale=np.float32(scale),
+                            optional_inputs=np.int64(extras.present()), **Mask.of(causal).ffi_attrs())
+    return o, lse
 
 
 def _kernel_head_dim(d: int, variants: bool) -> int:

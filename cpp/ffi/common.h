@@ -294,7 +294,8 @@ auto bind_fwd(Binding binding) {
       .template Arg<ffi::AnyBuffer>()               // v
       .RemainingArgs()                              // optional inputs (see OptionalInput)
       .template Ret<ffi::AnyBuffer>()               // o
-      .template Ret<ffi::Buffer<ffi::F32>>());      // lse
+      .template Ret<ffi::Buffer<ffi::F32>>()        // lse
+      .template Ret<ffi::AnyBuffer>());             // scheduler scratch (int32, CUDA only)
 }
 
 template <typename Binding>

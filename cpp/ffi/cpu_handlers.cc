@@ -65,6 +65,7 @@ cpu::Executor make_executor(ffi::ThreadPool& pool) {
 
 ffi::Error FwdCpu(ffi::ThreadPool pool, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
                   ffi::RemainingArgs extra, ffi::Result<ffi::AnyBuffer> o, ffi::Result<ffi::Buffer<ffi::F32>> lse,
+                  ffi::Result<ffi::AnyBuffer> /*scheduler scratch: CUDA only*/,
                   float scale, bool causal, int64_t query_offset, int64_t window_left,
                   int64_t window_right, float softcap, float dropout_rate,
                   int64_t optional_inputs) {

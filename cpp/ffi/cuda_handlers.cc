@@ -40,7 +40,7 @@ ffi::Error from_cuda(cudaError_t err, const char* what) {
 
 ffi::Error FwdCuda(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
                    ffi::RemainingArgs extra, ffi::Result<ffi::AnyBuffer> o, ffi::Result<ffi::Buffer<ffi::F32>> lse,
-                   float scale, bool causal, int64_t query_offset, int64_t window_left,
+                   ffi::Result<ffi::AnyBuffer> scratch, float scale, bool causal, int64_t query_offset, int64_t window_left,
                   int64_t window_right, float softcap, float dropout_rate,
                   int64_t optional_inputs) {
   FwdParams p;
@@ -51,6 +51,7 @@ ffi::Error FwdCuda(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi:
     return e;
   if (!same_shape(q, *o)) return mismatch("o must be shaped like q", q, *o);
   if (auto e = check_supported(p); e.failure()) return e;
+  if (scratch->size_bytes() >= sizeof(int32_t)) p.tile_counter = static_cast<int32_t*>(scratch->untyped_data());
   return from_cuda(cuda::run_fwd(p, stream), "jax_flash forward launch");
 }
 

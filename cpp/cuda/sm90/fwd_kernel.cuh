@@ -63,16 +63,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_ws_kernel(const __grid_c
   auto thr_o = mainloop.mma_o.get_thread_slice(mainloop.ctid);
   Tensor tOc = thr_o.partition_C(make_identity_tensor(Shape<Int<Cfg::kBlockM>, Int<Cfg::kHeadDim>>{}));
   uint32_t q_phase = 0;
-  for (int t = sched.first(); t < sched.total(); t = sched.next(t)) {
+  for (;;) {
+    barrier_wait(ss.q_full, q_phase);  // Q of the next work tile, or the end
+    q_phase ^= 1u;
+    const int t = ss.tile_id;
+    if (t < 0) break;
     const TileCoord c = sched.coord(t);
     const int n_end = key_tiles_end<Cfg>(p, c.tile);
     Tensor acc_o = partition_fragment_C(mainloop.mma_o, Shape<Int<Cfg::kBlockM>, Int<Cfg::kHeadDim>>{});
     clear(acc_o);
     fwd::OnlineSoftmax<2, Cfg::kLazyRescale> softmax;
-    barrier_wait(ss.q_full, q_phase);
-    q_phase ^= 1u;
     mainloop.run(p, kp.scale_log2, ss, c.tile, n_end, acc_o, softmax);
-    barrier_arrive(ss.q_empty);  // every wgmma reading Q has completed
+    barrier_arrive(ss.q_empty);  // every wgmma reading Q has completed, tile_id read
     float lse[2];
     softmax.finalize(acc_o, lse, kp.scale_log2);
     store_o_lse<Element>(p, acc_o, tOc, lse, c.tile * Cfg::kBlockM, c.head, c.batch);

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <type_traits>
 
 #include <cuda_runtime_api.h>
@@ -75,6 +76,11 @@ cudaError_t launch_fwd_ws(const FwdParams& p, cudaStream_t stream) {
   kp.sched.group = p.causal ? fwd_order_group(int(num_m), p.heads_q, p.batch, p.seqlen_k, Cfg::kHeadDim, p.heads_kv,
                                               int(sizeof(Element)), false)
                             : 0;
+  kp.sched.counter = p.tile_counter;
+  if (p.tile_counter != nullptr) {
+    const cudaError_t err = cudaMemsetAsync(p.tile_counter, 0, sizeof(int32_t), stream);
+    if (err != cudaSuccess) return err;
+  }
   const int grid = int(total < sms ? total : sms);
   fwd_ws_kernel<Cfg><<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(kp);
   return cudaGetLastError();
@@ -88,6 +94,8 @@ cudaError_t launch_fwd_ws(const FwdParams& p, cudaStream_t stream) {
 // 16 B aligned for TMA, or seqlen_k is 0.
 template <DType kDType, int kHeadDim>
 cudaError_t run_fwd_sm90_hdim(const FwdParams& params, cudaStream_t stream) {
+  static const bool alt = [] { const char* s = std::getenv("JAX_FLASH_FWD_SM90_ALT"); return s && s[0] == '1'; }();
+  if (alt) return sm90::launch_fwd_ws<sm90::FwdConfig<kHeadDim, sm90::ElementOf<kDType>, true>>(params, stream);
   return sm90::launch_fwd_ws<sm90::FwdConfig<kHeadDim, sm90::ElementOf<kDType>>>(params, stream);
 }
 

@@ -1,7 +1,8 @@
-// The producer of the warp-specialised Hopper forward: one thread issues
-// every TMA load. Per work tile: Q once (after the consumers released the
-// previous tile's), then K and V of each visited key tile, last tile first
-// (the masked ones), into their kStages-deep rings.
+// The producer of the warp-specialised Hopper forward: one thread claims the
+// work tiles (tile_scheduler.cuh) and issues every TMA load. Per work tile:
+// Q once (after the consumers released the previous tile's), with the tile's
+// id beside it in shared memory, then K and V of each visited key tile, last
+// tile first (the masked ones), into their kStages-deep rings.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -37,7 +38,13 @@ __device__ __forceinline__ void fwd_produce(const FwdKernelParams<Cfg>& kp, type
   RingState<Cfg::kStages> k_ring, v_ring;
   k_ring.phase = v_ring.phase = 1u;  // buffers start free
   uint32_t q_phase = 1u;
-  for (int t = sched.first(); t < sched.total(); t = sched.next(t)) {
+  for (int t = sched.first();; t = sched.next(t)) {
+    if (t >= sched.total()) {  // tell the consumers: no more work
+      barrier_wait(ss.q_empty, q_phase);
+      ss.tile_id = -1;
+      barrier_arrive(ss.q_full);
+      break;
+    }
     const TileCoord c = sched.coord(t);
     const int head_kv = c.head / group;
     Tensor gQ = local_tile(mQ(_, _, c.head, c.batch), Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(c.tile, _0{}));
@@ -68,6 +75,7 @@ __device__ __forceinline__ void fwd_produce(const FwdKernelParams<Cfg>& kp, type
     if (n_end > 0) load_k(n_end - 1);
     barrier_wait(ss.q_empty, q_phase);
     q_phase ^= 1u;
+    ss.tile_id = t;
     barrier_expect_bytes(ss.q_full, Cfg::kQBytes);
     copy(kp.tma_q.with(ss.q_full), get<0>(q_part), get<1>(q_part));
     for (int n = n_end - 1; n >= 0; --n) {
