@@ -73,8 +73,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_ws_kernel(const __grid_c
     Tensor acc_o = partition_fragment_C(mainloop.mma_o, Shape<Int<Cfg::kBlockM>, Int<Cfg::kHeadDim>>{});
     clear(acc_o);
     fwd::OnlineSoftmax<2, Cfg::kLazyRescale> softmax;
-    mainloop.run(p, kp.scale_log2, ss, c.tile, n_end, acc_o, softmax);
-    barrier_arrive(ss.q_empty);  // every wgmma reading Q has completed, tile_id read
+    mainloop.run(p, kp.scale_log2, ss, c.tile, n_end, acc_o, softmax, kp.early_q);
+    if (!kp.early_q) barrier_arrive(ss.q_empty);  // every wgmma reading Q has completed, tile_id read
     float lse[2];
     softmax.finalize(acc_o, lse, kp.scale_log2);
     store_o_lse<Element>(p, acc_o, tOc, lse, c.tile * Cfg::kBlockM, c.head, c.batch);

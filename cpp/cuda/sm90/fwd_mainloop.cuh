@@ -47,7 +47,7 @@ struct FwdMainloop {
   // (unnormalised) and the softmax state, over key tiles [0, n_end), n_end >= 1.
   template <class TO, class TS>
   __device__ __forceinline__ void run(const FwdParams& p, float scale_log2, typename Cfg::SharedStorage& ss, int m_block,
-                                      int n_end, TO& acc_o, TS& softmax) {
+                                      int n_end, TO& acc_o, TS& softmax, bool early_q) {
     Tensor sQ = make_tensor(make_smem_ptr(ss.q.data()), typename Cfg::SmemLayoutQ{});
     Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), typename Cfg::SmemLayoutKV{});
     Tensor sVt = make_tensor(make_smem_ptr(ss.v.data()), typename Cfg::SmemLayoutVt{});
@@ -83,6 +83,7 @@ struct FwdMainloop {
       warpgroup_fence_operand(acc_s);
       barrier_arrive(ss.k_empty[k_ring.index]);
       k_ring.advance();
+      if (early_q && n == 0) barrier_arrive(ss.q_empty);  // the tile's last S: Q is free
       mask(n, acc_s);
       fwd::softmax_step(softmax, acc_s, corr, scale_log2);  // O is still 0: no rescale
       Tensor rP = fwd::convert_regs<Element>(acc_s);
@@ -101,6 +102,7 @@ struct FwdMainloop {
       warpgroup_fence_operand(acc_s);
       barrier_arrive(ss.k_empty[k_ring.index]);
       k_ring.advance();
+      if (early_q && n == 0) barrier_arrive(ss.q_empty);
       mask(n, acc_s);
       const bool moved = fwd::softmax_step(softmax, acc_s, corr, scale_log2);
       warpgroup_wait<0>();  // P(n + 1) V(n + 1)

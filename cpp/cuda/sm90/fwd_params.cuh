@@ -15,6 +15,7 @@ struct FwdKernelParams {
   typename Cfg::TmaKV tma_k, tma_v;
   FwdParams p;
   float scale_log2;  // scale * log2(e)
+  bool early_q;      // EXPERIMENT: release Q after the last S wgmma, not after the tile
   TileScheduler sched;
 };
 
