@@ -10,7 +10,7 @@ writes JSON records with keys impl, device, dtype, batch, seqlen_q, seqlen_k,
 heads, heads_kv, head_dim, causal, mode, ms, tflops (plus temp_mib for fwd_bwd
 where XLA reports it).
 
-    python benchmarks/bench_attention.py --out benchmarks/results/h100.json
+    python benchmarks/bench_attention.py --out benchmarks/results/h100_grid.json
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ dtype, batch, seqlen (global), seqlen_per_device, heads, heads_kv, head_dim,
 causal, zigzag, jax, mode, ms, tflops_per_device and, on ring records, efficiency
 and check (that mode's correctness check).
 
-    python benchmarks/bench_ring.py --out benchmarks/results/ring_h200x2.json
+    python benchmarks/bench_ring.py --out benchmarks/results/h200x2_ring.json
     # CPU smoke test (tiny sizes, 2 host devices):
     python benchmarks/bench_ring.py --seqlen 512 --heads 2 --head-dim 64 --cpu-devices 2
 """

@@ -3,13 +3,13 @@ tail of the launch order").
 
 A CTA takes (key tiles it visits + a) tile-steps; the GPU's CTA slots take CTAs in
 linear block order, each slot the next CTA when its last one ends. The script fits the
-per-CTA cost `a` to a measured grid (default: h100_fa2_grid_v9.json, jax_flash d128
+per-CTA cost `a` to a measured grid (default: h100_grid.json, jax_flash d128
 forward, normalised to non-causal at the longest seqlen), prints model against
 measurement for the head-major order the kernels use by default and for the sectioned
 longest-first order (JAX_FLASH_FWD_ORDER=lpt), and the packed-documents case of
 bench_variants.py. Host only (numpy):
 
-    python benchmarks/schedule_model.py [--grid benchmarks/results/h100_fa2_grid_v9.json]
+    python benchmarks/schedule_model.py [--grid benchmarks/results/h100_grid.json]
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def launch_order(work, pairs: int, group: int):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--grid", default=str(HERE / "results" / "h100_fa2_grid_v9.json"))
+    ap.add_argument("--grid", default=str(HERE / "results" / "h100_grid.json"))
     ap.add_argument("--head-dim", type=int, default=128)
     ap.add_argument("--block-m", type=int, default=128)
     ap.add_argument("--block-n", type=int, default=64, help="the d128 forward's key tile")

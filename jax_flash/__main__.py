@@ -1,5 +1,6 @@
-"""`python -m jax_flash`: build info, devices, a correctness check and a short
-timing table against jax.nn.dot_product_attention on the default device."""
+"""`jax-flash` (or `python -m jax_flash`): build info, devices, a correctness
+check and a short timing table against jax.nn.dot_product_attention on the
+default device."""
 
 from __future__ import annotations
 
@@ -71,7 +72,7 @@ def timing_table(dtype, seqlens, batch_tokens, heads, head_dim):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m jax_flash", description=__doc__)
+    ap = argparse.ArgumentParser(prog="jax-flash", description=__doc__)
     ap.add_argument("--no-timing", action="store_true", help="skip the timing table")
     args = ap.parse_args(argv)
 

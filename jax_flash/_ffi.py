@@ -19,7 +19,8 @@ except ImportError as e:  # pragma: no cover - only on a broken install
         raise ImportError(
             f"jax_flash was imported from the source tree ({_here}), which has no compiled "
             "extension: Python put the current directory first on sys.path. Run from another "
-            "directory, or with `python -P` (e.g. `python -P -m jax_flash`)."
+            "directory, use the `jax-flash` command, or run with `python -P` (e.g. `python -P -m "
+            "jax_flash.demo`)."
         ) from e
     raise ImportError(
         "jax_flash's compiled extension is missing; install the package with "

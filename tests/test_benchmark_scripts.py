@@ -64,3 +64,20 @@ def test_prof_options_runs_every_option_on_cpu(tmp_path):
                cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     assert [l.split()[1] for l in out.stdout.splitlines() if l.startswith("ran ")] == names
+
+
+def test_plot_results_charts_the_chosen_implementations(tmp_path):
+    pytest.importorskip("matplotlib")
+    records = [dict(impl=impl, device="gpu:Test GPU", dtype="bfloat16", batch=16384 // s, seqlen_q=s, seqlen_k=s,
+                    heads=2048 // d, heads_kv=2048 // d, head_dim=d, causal=causal, mode=mode, ms=1.0,
+                    tflops=100.0 + s / 100 + (50 if impl == "cudnn" else 0))
+               for impl in ("jax_flash", "cudnn", "xla") for d in (64, 128) for s in (512, 1024, 2048)
+               for causal in (False, True) for mode in ("fwd", "fwd_bwd")]
+    grid = tmp_path / "grid.json"
+    grid.write_text(json.dumps(records))
+    png = tmp_path / "grid.png"
+    out = _run("plot_results.py", grid, "--impls", "jax_flash", "cudnn", "-o", png, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    none = _run("plot_results.py", grid, "--impls", "pallas", "-o", tmp_path / "none.png", cwd=tmp_path)
+    assert none.returncode != 0 and "no timed records" in none.stderr
