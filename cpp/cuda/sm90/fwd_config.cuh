@@ -28,7 +28,7 @@ template <> struct FwdTile<64>  { static constexpr int kN = 128, kStages = 3; };
 template <> struct FwdTile<128> { static constexpr int kN = 128, kStages = 2; };  // 32 + 128 KB
 template <> struct FwdTile<256> { static constexpr int kN = 64,  kStages = 2; };  // 64 + 128 KB
 
-template <int kHeadDim_, class Element_>
+template <int kHeadDim_, class Element_, bool kTmaO = false>
 struct FwdConfig {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -69,6 +69,14 @@ struct FwdConfig {
                                       Shape<Int<kBlockM>, Int<kHeadDim>>{}, _1{}));
   using TmaKV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutKV{}),
                                        Shape<Int<kBlockN>, Int<kHeadDim>>{}, _1{}));
+  // O leaves through shared memory and a TMA store per warpgroup (64 rows)
+  // where it fits beside Q and the K/V rings (d64, d128); d256 stores from
+  // registers.
+  static constexpr bool kSmemO = kTmaO && kHeadDim <= 128;  // EXPERIMENT: kTmaO
+  using SmemLayoutOHalf = decltype(tile_to_shape(SmemAtom{}, Shape<_64, Int<kHeadDim>>{}));
+  using GmemTensorOut = decltype(make_tensor(make_gmem_ptr(static_cast<Element*>(nullptr)), GmemLayout{}));
+  using TmaO = decltype(make_tma_copy(SM90_TMA_STORE{}, GmemTensorOut{}, SmemLayoutOHalf{},
+                                      Shape<_64, Int<kHeadDim>>{}, _1{}));
   // Bytes one TMA box lands (out-of-bounds rows and columns are zero-filled
   // and counted too).
   static constexpr uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
@@ -78,6 +86,7 @@ struct FwdConfig {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutKV>, 1024> k;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutKV>, 1024> v;
+    cute::array_aligned<Element, kSmemO ? 2 * cute::cosize_v<SmemLayoutOHalf> : 8, 1024> o;  // one half a warpgroup
     // mbarriers: *_full completes when a TMA box has landed (transaction
     // bytes), *_empty when every consumer thread is done with the buffer.
     alignas(8) uint64_t q_full, q_empty;

@@ -4,6 +4,10 @@
 #pragma once
 
 #include <cute/tensor.hpp>
+#include <cute/arch/copy_sm90.hpp>
+#include <cute/arch/copy_sm90_tma.hpp>
+#include <cute/atom/copy_traits_sm90.hpp>
+#include <cutlass/arch/barrier.h>
 
 #include "cuda/utils.cuh"
 #include "params.h"
@@ -16,14 +20,14 @@ using namespace cute;
 // lse: per accumulator row (rows of the rowcol view).
 template <class Element, int kRows, class TO, class TC>
 __device__ __forceinline__ void store_o_lse(const FwdParams& p, TO const& acc_o, TC const& tOc, const float (&lse)[kRows],
-                                            int row0, int head, int batch) {
+                                            int row0, int head, int batch, bool with_o = true) {
   Tensor rO = fwd::convert_regs<Element>(acc_o);
   Tensor o = make_tensor(rO.data(), fwd::acc_rowcol_layout(rO.layout()));
   Tensor c = make_tensor(tOc.data(), fwd::acc_rowcol_layout(tOc.layout()));
   static_assert(decltype(size<0>(o))::value == kRows);
   Element* o_base = static_cast<Element*>(p.o) + int64_t(batch) * p.o_batch_stride + int64_t(head) * p.o_head_stride;
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) {
+  for (int r = 0; r < kRows && with_o; ++r) {
     const int row = row0 + get<0>(c(r, 0));
     if (row >= p.seqlen_q) continue;
     Element* o_row = o_base + int64_t(row) * p.o_row_stride;
@@ -41,6 +45,40 @@ __device__ __forceinline__ void store_o_lse(const FwdParams& p, TO const& acc_o,
       const int row = row0 + get<0>(c(r, 0));
       if (row < p.seqlen_q) lse_row[row] = lse[r];
     }
+  }
+}
+
+// O of one warpgroup (64 rows) through its half of the O buffer and one TMA
+// store (rows past seqlen_q and columns past head_dim are clipped by the
+// TMA unit). The warpgroup's thread 0 issues the store and, before the
+// buffer is rewritten for the next tile, waits for the store to have read it
+// (bulk async-group), so the store overlaps the next tile's mainloop.
+template <class Cfg, class TO, class TC>
+__device__ __forceinline__ void store_o_tma(const typename Cfg::TmaO& tma_o, typename Cfg::SharedStorage& ss, const FwdParams& p,
+                                            TO const& acc_o, TC const& tOc, int wg, int m_block, int head, int batch) {
+  using Element = typename Cfg::Element;
+  const int wtid = threadIdx.x % 128;
+  const int bar = 3 + wg;  // named barriers 3, 4: this warpgroup alone
+  if (wtid == 0) tma_store_wait<0>();  // the previous tile's store has read the buffer
+  asm volatile("bar.sync %0, 128;\n" ::"r"(bar) : "memory");
+  // Both halves as one (BM, D) tensor for the accumulator's partition;
+  // stmatrix writes four 8x8 blocks an instruction.
+  Tensor sO_tile = make_tensor(make_smem_ptr(ss.o.data()),
+                               tile_to_shape(typename Cfg::SmemLayoutOHalf{}, Shape<Int<Cfg::kBlockM>, Int<Cfg::kHeadDim>>{}));
+  Tensor rO = fwd::convert_regs<Element>(acc_o);
+  auto r2s = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, typename Cfg::TiledMmaO{});
+  auto r2s_thr = r2s.get_thread_slice(threadIdx.x - 128);
+  cute::copy(r2s, r2s_thr.retile_S(rO), r2s_thr.partition_D(sO_tile));
+  Tensor sO = make_tensor(make_smem_ptr(ss.o.data() + wg * cosize_v<typename Cfg::SmemLayoutOHalf>),
+                          typename Cfg::SmemLayoutOHalf{});
+  cutlass::arch::fence_view_async_shared();  // generic-proxy writes -> the TMA unit's reads
+  asm volatile("bar.sync %0, 128;\n" ::"r"(bar) : "memory");
+  if (wtid == 0) {
+    Tensor mO = tma_o.get_tma_tensor(make_shape(int32_t(p.seqlen_q), int32_t(p.head_dim), int32_t(p.heads_q), int32_t(p.batch)));
+    Tensor gO = local_tile(mO(_, _, head, batch), Shape<_64, Int<Cfg::kHeadDim>>{}, make_coord(2 * m_block + wg, _0{}));
+    auto part = tma_partition(tma_o, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sO), group_modes<0, 2>(gO));
+    copy(tma_o, get<1>(part), get<0>(part));
+    tma_store_arrive();
   }
 }
 

@@ -35,6 +35,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_ws_kernel(const __grid_c
     prefetch_tma_descriptor(kp.tma_q.get_tma_descriptor());
     prefetch_tma_descriptor(kp.tma_k.get_tma_descriptor());
     prefetch_tma_descriptor(kp.tma_v.get_tma_descriptor());
+    if constexpr (Cfg::kSmemO) prefetch_tma_descriptor(kp.tma_o.get_tma_descriptor());
     barrier_init(ss.q_full, 1);
     barrier_init(ss.q_empty, Cfg::kConsumerThreads);
 #pragma unroll
@@ -77,8 +78,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_ws_kernel(const __grid_c
     if (!kp.early_q) barrier_arrive(ss.q_empty);  // every wgmma reading Q has completed, tile_id read
     float lse[2];
     softmax.finalize(acc_o, lse, kp.scale_log2);
-    store_o_lse<Element>(p, acc_o, tOc, lse, c.tile * Cfg::kBlockM, c.head, c.batch);
+    if constexpr (Cfg::kSmemO) store_o_tma<Cfg>(kp.tma_o, ss, p, acc_o, tOc, mainloop.wg, c.tile, c.head, c.batch);
+    store_o_lse<Element>(p, acc_o, tOc, lse, c.tile * Cfg::kBlockM, c.head, c.batch, !Cfg::kSmemO);
   }
+  // The last TMA store must have read shared memory before the CTA exits.
+  if (Cfg::kSmemO && threadIdx.x % 128 == 0) tma_store_wait<0>();
   // Balance the ping-pong: warpgroup 1's last hand-over to warpgroup 0.
   if (mainloop.wg == 0) named_sync(kPingBarrier + 0, Cfg::kConsumerThreads);
 #else

@@ -67,6 +67,11 @@ cudaError_t launch_fwd_ws(const FwdParams& p, cudaStream_t stream) {
                            take<0, 2>(typename Cfg::SmemLayoutKV{}), Shape<Int<Cfg::kBlockN>, Int<Cfg::kHeadDim>>{}, _1{});
   kp.tma_v = make_tma_copy(SM90_TMA_LOAD{}, gmem(p.v, p.seqlen_k, p, p.heads_kv, p.v_row_stride, p.v_head_stride, p.v_batch_stride),
                            take<0, 2>(typename Cfg::SmemLayoutKV{}), Shape<Int<Cfg::kBlockN>, Int<Cfg::kHeadDim>>{}, _1{});
+  kp.tma_o = make_tma_copy(SM90_TMA_STORE{},
+                           make_tensor(make_gmem_ptr(static_cast<Element*>(p.o)),
+                                       make_layout(gmem_shape<Cfg>(p.seqlen_q, p.head_dim, p.heads_q, p.batch),
+                                                   make_stride(p.o_row_stride, _1{}, p.o_head_stride, p.o_batch_stride))),
+                           typename Cfg::SmemLayoutOHalf{}, Shape<_64, Int<Cfg::kHeadDim>>{}, _1{});
   kp.p = p;
   kp.scale_log2 = p.scale * 1.4426950408889634f;
   static const bool early_q = [] { const char* s = std::getenv("JAX_FLASH_FWD_EARLY_Q"); return s && s[0] == '1'; }();
@@ -96,6 +101,9 @@ cudaError_t launch_fwd_ws(const FwdParams& p, cudaStream_t stream) {
 // 16 B aligned for TMA, or seqlen_k is 0.
 template <DType kDType, int kHeadDim>
 cudaError_t run_fwd_sm90_hdim(const FwdParams& params, cudaStream_t stream) {
+  static const bool smem_o = [] { const char* s = std::getenv("JAX_FLASH_FWD_SMEM_O"); return s && s[0] == '1'; }();
+  if constexpr (kHeadDim <= 128)
+    if (smem_o) return sm90::launch_fwd_ws<sm90::FwdConfig<kHeadDim, sm90::ElementOf<kDType>, true>>(params, stream);
   return sm90::launch_fwd_ws<sm90::FwdConfig<kHeadDim, sm90::ElementOf<kDType>>>(params, stream);
 }
 

@@ -13,6 +13,7 @@ template <class Cfg>
 struct FwdKernelParams {
   typename Cfg::TmaQ tma_q;
   typename Cfg::TmaKV tma_k, tma_v;
+  typename Cfg::TmaO tma_o;
   FwdParams p;
   float scale_log2;  // scale * log2(e)
   bool early_q;      // EXPERIMENT: release Q after the last S wgmma, not after the tile
