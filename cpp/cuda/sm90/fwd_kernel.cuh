@@ -74,8 +74,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_ws_kernel(const __grid_c
     Tensor acc_o = partition_fragment_C(mainloop.mma_o, Shape<Int<Cfg::kBlockM>, Int<Cfg::kHeadDim>>{});
     clear(acc_o);
     fwd::OnlineSoftmax<2, Cfg::kLazyRescale> softmax;
-    mainloop.run(p, kp.scale_log2, ss, c.tile, n_end, acc_o, softmax, kp.early_q);
-    if (!kp.early_q) barrier_arrive(ss.q_empty);  // every wgmma reading Q has completed, tile_id read
+    mainloop.run(p, kp.scale_log2, ss, c.tile, n_end, acc_o, softmax);  // releases Q
     float lse[2];
     softmax.finalize(acc_o, lse, kp.scale_log2);
     if constexpr (Cfg::kSmemO) store_o_tma<Cfg>(kp.tma_o, ss, p, acc_o, tOc, mainloop.wg, c.tile, c.head, c.batch);

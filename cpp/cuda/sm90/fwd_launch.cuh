@@ -5,7 +5,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
 #include <type_traits>
 
 #include <cuda_runtime_api.h>
@@ -74,8 +73,6 @@ cudaError_t launch_fwd_ws(const FwdParams& p, cudaStream_t stream) {
                            typename Cfg::SmemLayoutOHalf{}, Shape<_64, Int<Cfg::kHeadDim>>{}, _1{});
   kp.p = p;
   kp.scale_log2 = p.scale * 1.4426950408889634f;
-  static const bool early_q = [] { const char* s = std::getenv("JAX_FLASH_FWD_EARLY_Q"); return s && s[0] == '1'; }();
-  kp.early_q = early_q;
   kp.sched.num_m = int(num_m);
   kp.sched.heads = p.heads_q;
   kp.sched.batch = p.batch;
@@ -101,9 +98,6 @@ cudaError_t launch_fwd_ws(const FwdParams& p, cudaStream_t stream) {
 // 16 B aligned for TMA, or seqlen_k is 0.
 template <DType kDType, int kHeadDim>
 cudaError_t run_fwd_sm90_hdim(const FwdParams& params, cudaStream_t stream) {
-  static const bool smem_o = [] { const char* s = std::getenv("JAX_FLASH_FWD_SMEM_O"); return s && s[0] == '1'; }();
-  if constexpr (kHeadDim <= 128)
-    if (smem_o) return sm90::launch_fwd_ws<sm90::FwdConfig<kHeadDim, sm90::ElementOf<kDType>, true>>(params, stream);
   return sm90::launch_fwd_ws<sm90::FwdConfig<kHeadDim, sm90::ElementOf<kDType>>>(params, stream);
 }
 

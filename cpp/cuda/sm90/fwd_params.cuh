@@ -16,7 +16,6 @@ struct FwdKernelParams {
   typename Cfg::TmaO tma_o;
   FwdParams p;
   float scale_log2;  // scale * log2(e)
-  bool early_q;      // EXPERIMENT: release Q after the last S wgmma, not after the tile
   TileScheduler sched;
 };
 
