@@ -54,7 +54,7 @@ cudaError_t launch_bwd(const BwdParams& p, bool vec, cudaStream_t stream) {
   const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
   if (rows > 0) {
     const int blocks = int(std::min<int64_t>((rows + 7) / 8, 16384));
-    bwd_dsum_kernel<<<blocks, 256, 0, stream>>>(p, dsum);
+    bwd_dsum_kernel<float><<<blocks, 256, 0, stream>>>(p, dsum);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   BwdArgs args;
