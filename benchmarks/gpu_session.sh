@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: build with CUDA, run the GPU tests, the sanitizers and the
 # benchmark, keeping logs and JSON under $OUT (the device machine keeps nothing).
-#   bash benchmarks/gpu_session.sh [build] [test] [sanitize] [bench] [bench-grid] [bench-quick] [order] [ncu-packed] [ncu-packed-bwd] [ncu-options] [pack]
+#   bash benchmarks/gpu_session.sh [build] [test] [sanitize] [bench] [bench-grid] [bench-quick] [bench-float32] [smoke] [order] [ncu-packed] [ncu-packed-bwd] [ncu-options] [pack]
 # JAX_FLASH_CUDA_ARCHS=90a builds for the H100 alone (half the compile time).
 # Needs the nvidia-cutlass wheel in .whl/ (carried; see README "Building for GPU").
 set -uo pipefail
@@ -57,6 +57,23 @@ for stage in $stages; do
     bench-grid)  # the anchors' seqlens (1k, 4k, 16k) for every head dim
       timeout ${BENCH_TIMEOUT:-600} python3 benchmarks/bench_attention.py --seqlens 1024 4096 16384 \
         --out "$OUT/bench_grid.json" 2>&1 | tee "$OUT/bench_grid.log"
+      ;;
+    bench-float32)  # float32 (TF32 kernels) vs jax.nn xla float32, forward and forward+backward
+      timeout ${BENCH_TIMEOUT:-600} python3 -P benchmarks/bench_float32.py --out "$OUT/bench_float32.json" \
+        2>&1 | tee "$OUT/bench_float32.log" | tail -20
+      ;;
+    smoke)  # what a new user runs first on a GPU with defaults: the README's GPU commands (the
+            # self-check), the demo (short; bf16 default and --dtype float32), the Flax GPU tests
+      run_smoke() {
+        local name=$1; shift
+        timeout ${SMOKE_TIMEOUT:-300} "$@" >"$OUT/smoke_$name.log" 2>&1
+        echo "smoke $name rc=$?" | tee -a "$OUT/summary.txt"
+        tail -${SMOKE_TAIL:-6} "$OUT/smoke_$name.log"
+      }
+      (cd /tmp && run_smoke selfcheck python3 -m jax_flash)
+      run_smoke demo python3 -P -m jax_flash.demo --steps ${SMOKE_STEPS:-60} --no-plot
+      run_smoke demo_f32 python3 -P -m jax_flash.demo --steps ${SMOKE_STEPS:-60} --no-plot --dtype float32
+      run_smoke flax_gpu python3 -P -m pytest -m gpu -q -rfE tests/test_flax_gpu.py tests/test_cuda_float32.py -k "nnx or flax or linen"
       ;;
     bench-quick)
       python3 benchmarks/bench_attention.py --head-dims 128 --seqlens 1024 4096 16384 \

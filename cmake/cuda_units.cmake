@@ -24,18 +24,20 @@ function(jf_keep_head_dims var pattern dims)
   set(${var} ${_kept} PARENT_SCOPE)
 endfunction()
 
-# JAX_FLASH_CUDA_DTYPES: drop the units (_bf16.cu / _fp16.cu) of the 16-bit
-# dtypes not in `dtypes` (empty: keep both); `missing` gets the dropped ones.
+# JAX_FLASH_CUDA_DTYPES: drop the units (_bf16.cu / _fp16.cu, and _tf32.cu:
+# float32 inputs on TF32 tensor cores; "fp32" names it too) of the dtypes not
+# in `dtypes` (empty: keep all); `missing` gets the dropped ones.
 function(jf_keep_dtypes var dtypes missing)
   set(_missing "")
   if(dtypes)
+    string(REPLACE "fp32" "tf32" dtypes "${dtypes}")
     foreach(_t IN LISTS dtypes)
-      if(NOT _t MATCHES "^(bf16|fp16)$")
-        message(FATAL_ERROR "JAX_FLASH_CUDA_DTYPES: unknown dtype '${_t}' (bf16 or fp16)")
+      if(NOT _t MATCHES "^(bf16|fp16|tf32)$")
+        message(FATAL_ERROR "JAX_FLASH_CUDA_DTYPES: unknown dtype '${_t}' (bf16, fp16 or tf32)")
       endif()
     endforeach()
     set(_units ${${var}})
-    foreach(_t IN ITEMS bf16 fp16)
+    foreach(_t IN ITEMS bf16 fp16 tf32)
       list(FIND dtypes ${_t} _i)  # (not IN_LIST: cmake -P runs without its policy)
       if(_i LESS 0)
         list(FILTER _units EXCLUDE REGEX "_${_t}\\.cu$")

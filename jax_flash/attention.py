@@ -282,6 +282,32 @@ def _make_extras(q, k, *, query_offset, query_seq_lengths, key_value_seq_lengths
     return Extras(**fields)
 
 
+# jax_default_matmul_precision values that ask for (about) full float32
+# dot products; the others (None / "default", "high", "tensorfloat32",
+# "bfloat16", ...) allow TF32, which is JAX's default for float32 on GPU.
+_FULL_F32_PRECISIONS = frozenset({
+    "highest", "float32", "f32_f32_f32", "tf32_tf32_f32_x3", "bf16_bf16_f32_x6",
+    "bf16_bf16_f32_x9", "f64_f64_f64"})
+
+
+def _full_f32_requested() -> bool:
+    """Whether jax_default_matmul_precision (read at trace time) asks for full
+    float32 precision."""
+    value = jax.config.jax_default_matmul_precision
+    if value is None:
+        return False
+    return str(getattr(value, "name", value)).lower() in _FULL_F32_PRECISIONS
+
+
+def _with_precision(mask: Mask, q) -> Mask:
+    """The mask with f32_full set for float32 inputs under a full-float32
+    precision request: the CUDA kernels (TF32) then refuse the call rather
+    than compute it in TF32 silently; the CPU ones compute float32 anyway."""
+    if jnp.dtype(q.dtype) == jnp.dtype(jnp.float32) and _full_f32_requested():
+        return mask._replace(f32_full=True)
+    return mask
+
+
 def _without_dropout(mask: Mask, extras: Extras):
     return mask._replace(dropout_rate=0.0), extras._replace(dropout_seed=None)
 
@@ -323,13 +349,14 @@ def _bwd_call_jvp(scale, mask, deterministic, primals, tangents):
 def _fwd_call(q, k, v, scale: float, causal, extras: Extras = NO_EXTRAS):
     """Forward kernel (ring attention's building block); `extras` the optional
     operands (the ring passes segment ids and ranges only)."""
-    return _fwd_call_x(q, k, v, extras, scale, Mask.of(causal))
+    return _fwd_call_x(q, k, v, extras, scale, _with_precision(Mask.of(causal), q))
 
 
 def _bwd_call(q, k, v, o, lse, do, scale: float, causal, deterministic: bool,
               extras: Extras = NO_EXTRAS):
     """Backward kernel (ring attention's building block); `extras` as in `_fwd_call`."""
-    return _bwd_call_x(q, k, v, o, lse, do, extras, scale, Mask.of(causal), deterministic)
+    return _bwd_call_x(q, k, v, o, lse, do, extras, scale, _with_precision(Mask.of(causal), q),
+                       deterministic)
 
 
 # ---------------------------------------------------------------------------
@@ -479,6 +506,7 @@ def attention(
     per_batch_offset = _is_per_batch_array(query_offset)
     mask = _make_mask(causal, local_window_size, logits_soft_cap,
                       0 if per_batch_offset else query_offset, rate)
+    mask = _with_precision(mask, q)
     extras = _make_extras(
         q, k, query_offset=query_offset, query_seq_lengths=query_seq_lengths,
         key_value_seq_lengths=key_value_seq_lengths, q_segment_ids=q_segment_ids,

@@ -21,6 +21,9 @@ class Mask(NamedTuple):
     softcap (0: off): scaled logits become softcap * tanh(logits / softcap).
     dropout_rate (0: off): probabilities dropped with the Philox keep mask
     (needs Extras.dropout_seed).
+    f32_full: float32 inputs under a full-float32 matmul precision request
+    (jax_default_matmul_precision "highest" / "float32"): the CUDA kernels,
+    which compute float32 in TF32, refuse the call instead.
     """
 
     causal: bool = False
@@ -29,6 +32,7 @@ class Mask(NamedTuple):
     window_right: int = -1
     softcap: float = 0.0
     dropout_rate: float = 0.0
+    f32_full: bool = False
 
     @staticmethod
     def of(value) -> "Mask":
@@ -43,6 +47,7 @@ class Mask(NamedTuple):
             window_right=np.int64(self.window_right),
             softcap=np.float32(self.softcap),
             dropout_rate=np.float32(self.dropout_rate),
+            f32_full=bool(self.f32_full),
         )
 
 

@@ -156,6 +156,8 @@ def _bwd_workspace_floats(q, deterministic: bool, variants: bool) -> int:
     scratch), else 128 floats per element cover both round-ups (batch >= 1);
     the counters' region adds 64 more."""
     sq, hq, d = q.shape[-3:]
+    if jnp.dtype(q.dtype) == jnp.dtype(jnp.float32):
+        return hq * sq  # the float32 (TF32) backward needs D alone (no dQ accumulator)
     d_pad = _kernel_head_dim(d, variants)
     rows = hq * sq * math.prod(q.shape[:-3])
     slack = 0 if rows % 64 == 0 else 128
@@ -170,7 +172,7 @@ def ffi_bwd(q, k, v, o, lse, do, scale: float, causal, deterministic: bool,
     """The backward custom call; `causal` is a Mask or a plain causal flag;
     `extras` the optional operands (appended after q, k, v, o, lse, do)."""
     mask = Mask.of(causal)
-    variants = mask._replace(causal=False) != Mask() or extras.present() != 0
+    variants = mask._replace(causal=False, f32_full=False) != Mask() or extras.present() != 0
 
     def with_workspace(floats):
         def run(q, k, v, o, lse, do, *aux):

@@ -54,7 +54,8 @@ def test_auto_targets_without_a_usable_gpu(tmp_path, smi):
 
 
 _UNITS = ["i/fwd_hdim64_bf16.cu", "i/fwd_hdim64_fp16.cu", "i/bwd_sm90_hdim128_bf16.cu",
-          "i/bwd_sm90_hdim128_fp16.cu", "i/fwd_var_hdim256_fp16.cu", "i/bwd_var_hdim32_bf16.cu"]
+          "i/bwd_sm90_hdim128_fp16.cu", "i/fwd_var_hdim256_fp16.cu", "i/bwd_var_hdim32_bf16.cu",
+          "t/bwd_hdim64_tf32.cu"]
 
 
 def _units(tmp_path, call: str) -> tuple[subprocess.CompletedProcess, dict[str, list[str]]]:
@@ -71,12 +72,14 @@ def _units(tmp_path, call: str) -> tuple[subprocess.CompletedProcess, dict[str, 
 
 @pytest.mark.parametrize(
     "dtypes,kept,missing",
-    [("bf16", "bf16", ["fp16"]), ("fp16", "fp16", ["bf16"]), ("bf16;fp16", None, []), ("", None, [])],
+    [("bf16", ["bf16"], ["fp16", "tf32"]), ("fp16", ["fp16"], ["bf16", "tf32"]),
+     ("bf16;fp16", ["bf16", "fp16"], ["tf32"]), ("bf16;tf32", ["bf16", "tf32"], ["fp16"]),
+     ("fp32", ["tf32"], ["bf16", "fp16"]), ("", None, [])],
 )
 def test_dtype_filter_keeps_the_listed_dtypes_units(tmp_path, dtypes, kept, missing):
     out, lists = _units(tmp_path, f'jf_keep_dtypes(U "{dtypes}" M)')
     assert out.returncode == 0, out.stderr
-    want = [u for u in _UNITS if kept is None or u.endswith(f"_{kept}.cu")]
+    want = [u for u in _UNITS if kept is None or any(u.endswith(f"_{t}.cu") for t in kept)]
     assert lists["U"] == want and lists.get("M", []) == missing
 
 
@@ -87,7 +90,7 @@ def test_dtype_filter_rejects_an_unknown_dtype(tmp_path):
 
 @pytest.mark.parametrize(
     "pattern,dims,want",
-    [(".", "64;128", [0, 1, 2, 3]), (".", "256", [4]), ("^(fwd|bwd)_var", "32", [0, 1, 2, 3, 5])],
+    [(".", "64;128", [0, 1, 2, 3, 6]), (".", "256", [4]), ("^(fwd|bwd)_var", "32", [0, 1, 2, 3, 5, 6])],
 )
 def test_head_dim_filter_keeps_matching_units_of_the_listed_dims(tmp_path, pattern, dims, want):
     out, lists = _units(tmp_path, f'jf_keep_head_dims(U "{pattern}" "{dims}")')

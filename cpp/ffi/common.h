@@ -74,6 +74,11 @@ struct MaskAttrs {
   float softcap = 0.f;
   float dropout_rate = 0.f;
   int64_t optional_inputs = 0;  // bitmask of OptionalInput: which extra operands follow
+  // The caller asked for full float32 matmul precision (JAX's
+  // jax_default_matmul_precision "highest" / "float32"): the CUDA handlers
+  // refuse float32 inputs then (their kernels run TF32); the CPU ignores it
+  // (it computes float32 in float32).
+  bool f32_full = false;
 };
 
 // The optional operands, after the fixed ones (q, k, v for the forward; q, k,
@@ -284,7 +289,8 @@ auto bind_mask_attrs(Binding binding) {
       .template Attr<int64_t>("window_right")
       .template Attr<float>("softcap")
       .template Attr<float>("dropout_rate")
-      .template Attr<int64_t>("optional_inputs");
+      .template Attr<int64_t>("optional_inputs")
+      .template Attr<bool>("f32_full");
 }
 
 template <typename Binding>

@@ -68,11 +68,11 @@ ffi::Error FwdCpu(ffi::ThreadPool pool, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi:
                   ffi::Result<ffi::AnyBuffer> /*scheduler scratch: CUDA only*/,
                   float scale, bool causal, int64_t query_offset, int64_t window_left,
                   int64_t window_right, float softcap, float dropout_rate,
-                  int64_t optional_inputs) {
+                  int64_t optional_inputs, bool f32_full) {
   FwdParams p;
   if (auto e = fill_fwd(p, q, k, v, extra, o->untyped_data(), lse->typed_data(), scale,
                          {causal, query_offset, window_left, window_right, softcap, dropout_rate,
-                          optional_inputs});
+                          optional_inputs, f32_full});
       e.failure())
     return e;
   if (!same_shape(q, *o)) return mismatch("o must be shaped like q", q, *o);
@@ -86,11 +86,11 @@ ffi::Error BwdCpu(ffi::ThreadPool pool, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi:
                   ffi::Result<ffi::AnyBuffer> dv, ffi::Result<ffi::AnyBuffer> /*workspace: CUDA only*/,
                   float scale, bool causal, int64_t query_offset, int64_t window_left,
                   int64_t window_right, float softcap, float dropout_rate,
-                  int64_t optional_inputs, bool deterministic) {
+                  int64_t optional_inputs, bool f32_full, bool deterministic) {
   BwdParams p;
   if (auto e = fill_bwd(p, q, k, v, o, lse, dout, extra, *dq, *dk, *dv, scale,
                          {causal, query_offset, window_left, window_right, softcap, dropout_rate,
-                          optional_inputs}, deterministic);
+                          optional_inputs, f32_full}, deterministic);
       e.failure())
     return e;
   cpu::attention_bwd(p, make_executor(pool));

@@ -217,9 +217,35 @@ def _attention_fn_impl(
             qk_attn_weights_einsum=qk_attn_weights_einsum,
             attn_weights_value_einsum=attn_weights_value_einsum,
         )
-    # `precision` and `force_fp32_for_softmax` are accepted and need nothing: the
-    # kernels always accumulate QK^T, the softmax and PV in float32.
+    # `force_fp32_for_softmax` needs nothing: the kernels always accumulate
+    # QK^T, the softmax and PV in float32. `precision` matters for float32
+    # inputs only, which CUDA computes in TF32 (JAX's default on GPU): a
+    # full-float32 request (Precision.HIGHEST, "highest", "float32") is passed
+    # on as jax_default_matmul_precision, so the CUDA kernels refuse it rather
+    # than run TF32 silently (the CPU computes float32 in float32 anyway).
     query, key, value = _promote(query, key, value, dtype, promote_dtype)
+    if _full_f32_precision(precision):
+        with jax.default_matmul_precision("highest"):
+            return _fused_call(query, key, value, causal, dropout_rate, deterministic, dropout_rng,
+                               _deterministic_grads)
+    return _fused_call(query, key, value, causal, dropout_rate, deterministic, dropout_rng,
+                       _deterministic_grads)
+
+
+def _full_f32_precision(precision) -> bool:
+    """Whether a flax `precision` argument (None, a lax.Precision, a string,
+    a DotAlgorithmPreset or a pair of them) asks for full float32."""
+    if precision is None:
+        return False
+    if isinstance(precision, (tuple, list)):
+        return any(_full_f32_precision(p) for p in precision)
+    from jax_flash.attention import _FULL_F32_PRECISIONS
+
+    return str(getattr(precision, "name", precision)).lower() in _FULL_F32_PRECISIONS
+
+
+def _fused_call(query, key, value, causal, dropout_rate, deterministic, dropout_rng,
+                _deterministic_grads):
     dropout = {}
     if float(dropout_rate) != 0.0 and not bool(deterministic):
         if dropout_rng is None:

@@ -1,0 +1,3 @@
+// Float32 (TF32) backward, head dim 64.
+#include "cuda/tf32/launch_template.cuh"
+JAX_FLASH_INSTANTIATE_TF32_BWD(64)

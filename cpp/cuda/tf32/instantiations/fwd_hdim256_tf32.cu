@@ -1,0 +1,3 @@
+// Float32 (TF32) forward, head dim 256.
+#include "cuda/tf32/launch_template.cuh"
+JAX_FLASH_INSTANTIATE_TF32_FWD(256)

@@ -1,0 +1,113 @@
+// Float32 entry points: argument checks, the head-dim rounding onto the
+// compiled TF32 kernels (32, 64, 128, 256) and the 16 B copy test. No
+// kernels here (tf32/instantiations/*_tf32.cu).
+#include <cstdint>
+#include <vector>
+
+#include "cuda/head_dims.h"
+#include "cuda/tf32_dispatch.h"
+
+namespace jax_flash::cuda {
+
+namespace {
+
+template <int D>
+constexpr bool tf32_dim_compiled() {
+#if defined(JAX_FLASH_NO_TF32)
+  return false;
+#else
+  return head_dim_compiled<D>();  // JAX_FLASH_CUDA_HEAD_DIMS
+#endif
+}
+
+constexpr int kTf32Dims[] = {32, 64, 128, 256};
+
+bool dim_built(int d) {
+  switch (d) {
+    case 32: return tf32_dim_compiled<32>();
+    case 64: return tf32_dim_compiled<64>();
+    case 128: return tf32_dim_compiled<128>();
+    case 256: return tf32_dim_compiled<256>();
+    default: return false;
+  }
+}
+
+// Smallest compiled TF32 head dim >= head_dim, or 0.
+int round_tf32(int head_dim) {
+  for (int d : kTf32Dims)
+    if (head_dim >= 1 && head_dim <= d && dim_built(d)) return d;
+  return 0;
+}
+
+template <class Fn>
+cudaError_t with_tf32_dim(int head_dim, Fn&& fn) {
+  switch (round_tf32(head_dim)) {
+    case 32: if constexpr (tf32_dim_compiled<32>()) return fn(std::integral_constant<int, 32>{}); break;
+    case 64: if constexpr (tf32_dim_compiled<64>()) return fn(std::integral_constant<int, 64>{}); break;
+    case 128: if constexpr (tf32_dim_compiled<128>()) return fn(std::integral_constant<int, 128>{}); break;
+    case 256: if constexpr (tf32_dim_compiled<256>()) return fn(std::integral_constant<int, 256>{}); break;
+    default: break;
+  }
+  return cudaErrorInvalidValue;
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// 16 B cp.async is legal when every row starts 16 B aligned and head_dim
+// splits into whole 4-float chunks.
+bool vec_ok(const FwdParams& p, const void* extra, const int64_t (&extra_strides)[3]) {
+  if (p.head_dim % 4 != 0) return false;
+  if (!aligned16(p.q) || !aligned16(p.k) || !aligned16(p.v) || (extra && !aligned16(extra))) return false;
+  const int64_t strides[] = {p.q_batch_stride, p.q_row_stride, p.q_head_stride,
+                             p.k_batch_stride, p.k_row_stride, p.k_head_stride,
+                             p.v_batch_stride, p.v_row_stride, p.v_head_stride,
+                             extra_strides[0], extra_strides[1], extra_strides[2]};
+  for (int64_t s : strides)
+    if (s % 4 != 0) return false;
+  return true;
+}
+
+bool sizes_ok(const FwdParams& p) {
+  return p.batch >= 0 && p.seqlen_q >= 0 && p.seqlen_k >= 0 && p.heads_q >= 0 && p.heads_kv > 0 &&
+         p.heads_q % p.heads_kv == 0 && p.heads_q <= 65535 && p.batch <= 65535;
+}
+
+}  // namespace
+
+bool tf32_built() { return !tf32_head_dims().empty(); }
+
+std::vector<int> tf32_head_dims() {
+  std::vector<int> out;
+  for (int d : kTf32Dims)
+    if (dim_built(d)) out.push_back(d);
+  return out;
+}
+
+bool tf32_supports(int head_dim) { return round_tf32(head_dim) != 0; }
+
+cudaError_t run_fwd_tf32(const FwdParams& p, cudaStream_t stream) {
+  if (p.dtype != DType::kFloat32 || !tf32_supports(p.head_dim) || !sizes_ok(p)) return cudaErrorInvalidValue;
+  if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return cudaSuccess;  // nothing to write
+  if (!p.q || !p.o || !p.lse || (p.seqlen_k > 0 && (!p.k || !p.v))) return cudaErrorInvalidValue;
+  const int64_t none[3] = {0, 0, 0};
+  const bool vec = vec_ok(p, nullptr, none);
+  return with_tf32_dim(p.head_dim, [&](auto d) { return run_fwd_tf32_hdim<decltype(d)::value>(p, vec, stream); });
+}
+
+size_t bwd_workspace_bytes_tf32(const BwdParams& p) {
+  if (p.batch <= 0 || p.heads_q <= 0 || p.seqlen_q <= 0) return 0;
+  return sizeof(float) * size_t(p.batch) * size_t(p.heads_q) * size_t(p.seqlen_q);  // D only
+}
+
+cudaError_t run_bwd_tf32(const BwdParams& p, cudaStream_t stream) {
+  if (p.dtype != DType::kFloat32 || !tf32_supports(p.head_dim) || !sizes_ok(p)) return cudaErrorInvalidValue;
+  if (p.batch == 0 || p.heads_q == 0) return cudaSuccess;  // nothing to write
+  if (p.seqlen_q > 0 && (!p.q || !p.o || !p.lse || !p.dout || !p.dq || !p.workspace))
+    return cudaErrorInvalidValue;
+  if (p.seqlen_k > 0 && (!p.k || !p.v || !p.dk || !p.dv)) return cudaErrorInvalidValue;
+  const int64_t do_strides[3] = {p.do_batch_stride, p.do_row_stride, p.do_head_stride};
+  const bool vec = vec_ok(p, p.dout, do_strides);
+  return with_tf32_dim(p.head_dim, [&](auto d) { return run_bwd_tf32_hdim<decltype(d)::value>(p, vec, stream); });
+}
+
+}  // namespace jax_flash::cuda

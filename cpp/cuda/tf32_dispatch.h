@@ -1,0 +1,33 @@
+// Host entry points of the float32 (TF32 tensor core) CUDA kernels
+// (cpp/cuda/tf32/): included by the FFI layer; implemented in .cu files that
+// only nvcc compiles. Built for head dims 32, 64, 128 and 256 (others run
+// zero-padded on the next one) unless JAX_FLASH_CUDA_DTYPES leaves tf32 out.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "params.h"
+
+namespace jax_flash::cuda {
+
+// Whether the build has any float32 kernel, and their head dims (ascending).
+bool tf32_built();
+std::vector<int> tf32_head_dims();
+bool tf32_supports(int head_dim);
+
+// Enqueue the float32 forward / backward on `stream` (no synchronisation).
+// cudaErrorInvalidValue for sizes or head dims these kernels do not take.
+cudaError_t run_fwd_tf32(const FwdParams& params, cudaStream_t stream);
+size_t bwd_workspace_bytes_tf32(const BwdParams& params);
+cudaError_t run_bwd_tf32(const BwdParams& params, cudaStream_t stream);
+
+// Per head dim (tf32/instantiations/*_tf32.cu); vec: 16 B copies legal.
+template <int kHeadDim>
+cudaError_t run_fwd_tf32_hdim(const FwdParams& params, bool vec, cudaStream_t stream);
+template <int kHeadDim>
+cudaError_t run_bwd_tf32_hdim(const BwdParams& params, bool vec, cudaStream_t stream);
+
+}  // namespace jax_flash::cuda
