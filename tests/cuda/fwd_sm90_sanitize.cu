@@ -5,8 +5,12 @@
 // poisoned (NaN bytes) first and must come back finite. Correctness against
 // a reference is tests/test_cuda_forward.py's job.
 //   bash tests/cuda/sanitize_sm90.sh   (builds this and runs the three tools)
+//   fwd_sm90_sanitize --profile D [causal]: one FA2-grid launch (16k tokens,
+//   hidden 2048) for ncu.
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <random>
 #include <vector>
 
@@ -86,13 +90,18 @@ static int run_case(const Case& c, std::mt19937& rng) {
   return bad != 0;
 }
 
-int main() {
+int main(int argc, char** argv) {
+  std::mt19937 rng(7);
+  if (argc > 2 && std::string(argv[1]) == "--profile") {
+    const int d = std::atoi(argv[2]);
+    const bool causal = argc > 3 && std::atoi(argv[3]) != 0;
+    return run_case({1, 16384, 16384, 2048 / d, 2048 / d, d, causal, true}, rng);
+  }
   const Case cases[] = {
       {1, 1, 1, 1, 1, 64, false, true},     {2, 129, 200, 4, 2, 64, true, true},  {1, 300, 131, 2, 1, 128, true, true},
       {1, 17, 1000, 2, 2, 256, false, true}, {2, 257, 257, 2, 1, 128, false, false}, {1, 383, 129, 2, 2, 40, true, true},
       {1, 640, 640, 3, 1, 256, true, true},
   };
-  std::mt19937 rng(7);
   int fails = 0;
   for (const Case& c : cases) fails += run_case(c, rng);
   std::printf("%d case(s) failed\n", fails);

@@ -8,7 +8,8 @@ cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-/tmp/jf_sanitize_sm90}
 LOG=${LOG_DIR:-$BUILD}
 mkdir -p "$BUILD" "$LOG"
-CUTE_INC=$(python3 -c "import cutlass_library,os;print(os.path.join(os.path.dirname(cutlass_library.__file__),'source','include'))")
+CUTE_INC=${CUTE_INC:-}
+[ -n "$CUTE_INC" ] || CUTE_INC=$(python3 -c "import cutlass_library,os;print(os.path.join(os.path.dirname(cutlass_library.__file__),'source','include'))")
 FLAGS=(-std=c++17 -O3 --expt-relaxed-constexpr --use_fast_math -gencode=arch=compute_90a,code=sm_90a -I cpp -I "$CUTE_INC")
 pids=()
 for u in fwd_sm90_hdim64_bf16 fwd_sm90_hdim128_bf16 fwd_sm90_hdim256_bf16; do

@@ -28,18 +28,18 @@ template <> struct FwdTile<64>  { static constexpr int kN = 128, kStages = 3; };
 template <> struct FwdTile<128> { static constexpr int kN = 128, kStages = 2; };  // 32 + 128 KB
 template <> struct FwdTile<256> { static constexpr int kN = 64,  kStages = 2; };  // 64 + 128 KB
 
-template <int kHeadDim_, class Element_>
+template <int kHeadDim_, class Element_, int kWarpgroups = 2>
 struct FwdConfig {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kBlockM = 128;
+  static constexpr int kBlockM = 64 * kWarpgroups;
   static constexpr int kBlockN = FwdTile<kHeadDim>::kN;
   static constexpr int kStages = FwdTile<kHeadDim>::kStages;
-  static constexpr int kConsumerWarpgroups = 2;
+  static constexpr int kConsumerWarpgroups = kWarpgroups;
   static constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
   static constexpr int kThreads = 128 + kConsumerThreads;  // warpgroup 0: the TMA producer
   // setmaxnreg: 64K registers over 384 threads; the producer needs few.
-  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+  static constexpr int kProducerRegs = 24, kConsumerRegs = kWarpgroups == 2 ? 240 : 160;
   static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumerThreads <= 65536);
   // O rescaled only when a row's max moves by more than 2^8 (OnlineSoftmax).
   static constexpr bool kLazyRescale = kHeadDim >= 128;
@@ -88,7 +88,7 @@ struct FwdConfig {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutKV>, 1024> k;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutKV>, 1024> v;
-    cute::array_aligned<Element, kSmemO ? 2 * cute::cosize_v<SmemLayoutOHalf> : 8, 1024> o;  // one half a warpgroup
+    cute::array_aligned<Element, kSmemO ? kWarpgroups * cute::cosize_v<SmemLayoutOHalf> : 8, 1024> o;  // 64 rows a warpgroup
     // mbarriers: *_full completes when a TMA box has landed (transaction
     // bytes), *_empty when every consumer thread is done with the buffer.
     alignas(8) uint64_t q_full, q_empty;

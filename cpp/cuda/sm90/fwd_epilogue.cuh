@@ -58,7 +58,7 @@ __device__ __forceinline__ void store_o_tma(const typename Cfg::TmaO& tma_o, typ
                                             TO const& acc_o, TC const& tOc, int wg, int m_block, int head, int batch) {
   using Element = typename Cfg::Element;
   const int wtid = threadIdx.x % 128;
-  const int bar = 3 + wg;  // named barriers 3, 4: this warpgroup alone
+  const int bar = 1 + Cfg::kConsumerWarpgroups + wg;  // after the ping-pong's: this warpgroup alone
   if (wtid == 0) tma_store_wait<0>();  // the previous tile's store has read the buffer
   asm volatile("bar.sync %0, 128;\n" ::"r"(bar) : "memory");
   // Both halves as one (BM, D) tensor for the accumulator's partition;
@@ -75,7 +75,7 @@ __device__ __forceinline__ void store_o_tma(const typename Cfg::TmaO& tma_o, typ
   asm volatile("bar.sync %0, 128;\n" ::"r"(bar) : "memory");
   if (wtid == 0) {
     Tensor mO = tma_o.get_tma_tensor(make_shape(int32_t(p.seqlen_q), int32_t(p.head_dim), int32_t(p.heads_q), int32_t(p.batch)));
-    Tensor gO = local_tile(mO(_, _, head, batch), Shape<_64, Int<Cfg::kHeadDim>>{}, make_coord(2 * m_block + wg, _0{}));
+    Tensor gO = local_tile(mO(_, _, head, batch), Shape<_64, Int<Cfg::kHeadDim>>{}, make_coord(Cfg::kConsumerWarpgroups * m_block + wg, _0{}));
     auto part = tma_partition(tma_o, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sO), group_modes<0, 2>(gO));
     copy(tma_o, get<1>(part), get<0>(part));
     tma_store_arrive();

@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_ws_kernel(const __grid_c
   const TileScheduler& sched = kp.sched;
   FwdMainloop<Cfg> mainloop(tid - 128);
   // Warpgroup 0 of the consumers issues first.
-  if (mainloop.wg == 1) named_arrive(kPingBarrier + 0, Cfg::kConsumerThreads);
+  if (mainloop.wg == Cfg::kConsumerWarpgroups - 1) named_arrive(kPingBarrier + 0, FwdMainloop<Cfg>::kPingThreads);
 
   auto thr_o = mainloop.mma_o.get_thread_slice(mainloop.ctid);
   Tensor tOc = thr_o.partition_C(make_identity_tensor(Shape<Int<Cfg::kBlockM>, Int<Cfg::kHeadDim>>{}));
@@ -82,8 +82,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_ws_kernel(const __grid_c
   }
   // The last TMA store must have read shared memory before the CTA exits.
   if (Cfg::kSmemO && threadIdx.x % 128 == 0) tma_store_wait<0>();
-  // Balance the ping-pong: warpgroup 1's last hand-over to warpgroup 0.
-  if (mainloop.wg == 0) named_sync(kPingBarrier + 0, Cfg::kConsumerThreads);
+  // Balance the ping-pong: the last warpgroup's last hand-over to the first.
+  if (mainloop.wg == 0) named_sync(kPingBarrier + 0, FwdMainloop<Cfg>::kPingThreads);
 #else
 #if defined(__CUDA_ARCH__)
   __trap();  // not built for sm_90a: the host never launches this

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <type_traits>
 
 #include <cuda_runtime_api.h>
@@ -98,6 +99,9 @@ cudaError_t launch_fwd_ws(const FwdParams& p, cudaStream_t stream) {
 // 16 B aligned for TMA, or seqlen_k is 0.
 template <DType kDType, int kHeadDim>
 cudaError_t run_fwd_sm90_hdim(const FwdParams& params, cudaStream_t stream) {
+  static const bool wg3 = [] { const char* s = std::getenv("JAX_FLASH_FWD_D64_WG3"); return s && s[0] == '1'; }();
+  if constexpr (kHeadDim == 64)  // EXPERIMENT: three consumer warpgroups
+    if (wg3) return sm90::launch_fwd_ws<sm90::FwdConfig<kHeadDim, sm90::ElementOf<kDType>, 3>>(params, stream);
   return sm90::launch_fwd_ws<sm90::FwdConfig<kHeadDim, sm90::ElementOf<kDType>>>(params, stream);
 }
 

@@ -8,9 +8,9 @@
 // - within the warpgroup, S(n) = Q K(n)^T is issued together with
 //   O += P(n+1) V(n+1), and the softmax of S(n) runs while that P V is in
 //   flight (O's rescale waits for it);
-// - across the two consumer warpgroups, named barriers let one issue its
-//   wgmmas only after the other has issued its own (ping-pong), so one's
-//   softmax runs under the other's matrix products.
+// - across the consumer warpgroups, named barriers let them issue their
+//   wgmmas in turn (ping-pong; a rotation of three at d64), so one's softmax
+//   runs under the others' matrix products.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -32,7 +32,8 @@ template <class Cfg>
 struct FwdMainloop {
   using Element = typename Cfg::Element;
   static constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kHeadDim = Cfg::kHeadDim;
-  static constexpr int kPingThreads = Cfg::kConsumerThreads;
+  static constexpr int kWarpgroups = Cfg::kConsumerWarpgroups;
+  static constexpr int kPingThreads = 256;  // a warpgroup's sync + its predecessor's arrive
 
   typename Cfg::TiledMmaS mma_s;
   typename Cfg::TiledMmaO mma_o;
@@ -44,7 +45,9 @@ struct FwdMainloop {
 
   // Ping-pong: wait for this warpgroup's turn to issue / hand it over.
   __device__ __forceinline__ void turn_wait() const { named_sync(kPingBarrier + wg, kPingThreads); }
-  __device__ __forceinline__ void turn_pass() const { named_arrive(kPingBarrier + (wg ^ 1), kPingThreads); }
+  __device__ __forceinline__ void turn_pass() const {
+    named_arrive(kPingBarrier + (wg + 1 == kWarpgroups ? 0 : wg + 1), kPingThreads);
+  }
 
   // Accumulate this warpgroup's rows of query tile m_block into acc_o
   // (unnormalised) and the softmax state, over key tiles [0, n_end), n_end >= 1.
