@@ -1,5 +1,8 @@
-// Hopper (SM90a) forward for plain attention (no variants): wgmma tensor
-// cores, no warp specialisation. One CTA of kWarpgroups warpgroups (2 by
+// Hopper (SM90a) forward for the variants (masks-only, soft-cap / ALiBi,
+// dropout): wgmma tensor cores, no warp specialisation. Plain attention runs
+// the warp-specialised kernel (cpp/cuda/sm90/); the plain (kMasks = false)
+// loops of this file were deleted with it, and moving the variants onto that
+// kernel is open (benchmarks/NOTES.md). One CTA of kWarpgroups warpgroups (2 by
 // default) per 64 x kWarpgroups-row query tile; each warpgroup owns 64 rows
 // (the wgmma M). d64/d128 run two such CTAs per SM (kCtasPerSm): the only
 // source of softmax / wgmma overlap across warpgroups in this design.
@@ -398,7 +401,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
   // left). The plain path keeps its original statements (same PTX).
   constexpr bool kMasks = Traits::kMasks;
   constexpr int kLogits = LogitsOf<Traits>::value;  // (kMasks kernels only)
-  static_assert(kLogits == 0 || kMasks);
+  static_assert(kMasks, "plain attention runs the warp-specialised kernel (cpp/cuda/sm90/)");
   // Logit transforms (soft-cap / ALiBi bits) and dropout.
   constexpr int kTransform = kLogits & (kLogitSoftcap | kLogitAlibi);
   constexpr bool kDropout = (kLogits & kLogitDropout) != 0;
@@ -680,55 +683,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
     if (fixed_max) softmax.fix_max(1.f - 24.f / scale_log2);
   }
 
-  if constexpr (!Traits::kOverlap && !kMasks) {
-    int n_block = n_blocks - 1;
-    if (n_block >= n_stop) {
-      load_tile<true, true>(gcopy, tQg, tQs, tQc, rows_left, head_dim);
-      load_tile<true, true>(gcopy, tKg(_, _, _, n_block), tKs(_, _, _, 0), tKVc, p.seqlen_k - n_block * kBlockN, head_dim);
-      load_tile<true, true>(gcopy, tVg(_, _, _, n_block), tVs(_, _, _, 0), tKVc, p.seqlen_k - n_block * kBlockN, head_dim);
-      cp_async_fence();
-    }
-
-    int stage = 0;
-    for (; n_block >= n_stop;) {
-      const int col0 = n_block * kBlockN;
-      const bool need_mask = tile_needs_mask<kBlockM, kBlockN>(row0, col0, p.seqlen_k, p.causal);
-      cp_async_wait<0>();
-      cutlass::arch::fence_view_async_shared();  // cp.async writes -> wgmma (async proxy) reads
-      __syncthreads();  // K(n), V(n) landed; everyone is done with the other stage
-      // Next tile's loads. Only the last key tile (visited first) can be
-      // partial: unchecked rows.
-      auto loads = [&]() {
-        if (n_block > 0) {
-          load_k(n_block - 1, stage ^ 1);
-          load_v(n_block - 1, stage ^ 1);
-          cp_async_fence();
-        }
-      };
-      if constexpr (Traits::kLoadsFirst) loads();
-      Tensor acc_s = partition_fragment_C(mma_s, Shape<Int<kBlockM>, Int<kBlockN>>{});
-      static_assert(decltype(size<1>(acc_s))::value == 1 && decltype(size<2>(acc_s))::value == 1);
-      wgmma_issue<true, false>(mma_s, tSrQ, tSrK(_, _, _, stage), acc_s);
-      if constexpr (!Traits::kLoadsFirst) loads();
-      warpgroup_wait<0>();
-      warpgroup_fence_operand(acc_s);
-
-      if (pre_scale) {
-  #pragma unroll
-        for (int i = 0; i < size(acc_s); ++i) acc_s(i) *= args.scale_log2;
-      }
-      if (need_mask) apply_mask(acc_s, tSc, row0, col0, p.seqlen_k, p.causal);
-      softmax.update(acc_s, acc_o, scale_log2);
-
-      Tensor rP = convert_regs<Element>(acc_s);
-      Tensor tOrP = make_tensor(rP.data(), PAsALayout<kBlockN>{});
-      wgmma_issue<false, true>(mma_o, tOrP, tOrV(_, _, _, stage), acc_o);
-      warpgroup_wait<0>();
-      warpgroup_fence_operand(acc_o);
-      stage ^= 1;
-      --n_block;
-    }
-  } else if constexpr (!Traits::kOverlap) {
+  if constexpr (!Traits::kOverlap) {
     // The masks / logits kernels' loop (kMasks). Two kinds of step: an edge
     // step (a tile of the band's or the lengths' edge, or one whose segment
     // ids must be compared; the next tile found by prev_tile under the P V
@@ -842,84 +797,6 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm) fwd_sm9
         seg = seg_next;
         seg_next = seg_after;
       }
-    }
-  } else if constexpr (!kMasks) {
-    // Tile t uses K/V slot (n_first - t) & 1. cp.async groups: prologue
-    // {Q, K(n_first)}, {V(n_first)}; then per step one group {K(j-1), V(j)}.
-    const int n_first = n_blocks - 1;
-    auto slot = [&](int t) { return (n_first - t) & 1; };
-    auto s_tile = [&](int t, auto& acc_s) {
-      wgmma_issue<true, false>(mma_s, tSrQ, tSrK(_, _, _, slot(t)), acc_s);
-    };
-    auto mask_scale = [&](int t, auto& acc_s) {
-      const int col0 = t * kBlockN;
-      if (pre_scale) {
-#pragma unroll
-        for (int i = 0; i < size(acc_s); ++i) acc_s(i) *= args.scale_log2;
-      }
-      if (tile_needs_mask<kBlockM, kBlockN>(row0, col0, p.seqlen_k, p.causal))
-        apply_mask(acc_s, tSc, row0, col0, p.seqlen_k, p.causal);
-    };
-    using AccS = decltype(partition_fragment_C(mma_s, Shape<Int<kBlockM>, Int<kBlockN>>{}));
-    using FragP = decltype(make_tensor<Element>(PAsALayout<kBlockN>{}));
-    FragP tOrP;
-    float corr[kRows];
-    if (n_first >= 0) {
-      const int kv_left = p.seqlen_k - n_first * kBlockN;
-      load_tile<true, true>(gcopy, tQg, tQs, tQc, rows_left, head_dim);
-      load_tile<true, true>(gcopy, tKg(_, _, _, n_first), tKs(_, _, _, 0), tKVc, kv_left, head_dim);
-      cp_async_fence();
-      load_tile<true, true>(gcopy, tVg(_, _, _, n_first), tVs(_, _, _, 0), tKVc, kv_left, head_dim);
-      cp_async_fence();
-      cp_async_wait<1>();  // Q, K(n_first)
-      cutlass::arch::fence_view_async_shared();
-      __syncthreads();
-      if (n_first > 0) {
-        load_k(n_first - 1, 1);
-      }
-      cp_async_fence();
-      AccS acc_s;
-      s_tile(n_first, acc_s);
-      warpgroup_wait<0>();
-      warpgroup_fence_operand(acc_s);
-      mask_scale(n_first, acc_s);
-      softmax_step(softmax, acc_s, corr, scale_log2);  // O is still 0: no rescale
-      Tensor rP = convert_regs<Element>(acc_s);
-#pragma unroll
-      for (int i = 0; i < size(tOrP); ++i) tOrP(i) = rP(i);
-    }
-    for (int j = n_first - 1; j >= 0; --j) {
-      cp_async_wait<0>();  // K(j), V(j + 1)
-      cutlass::arch::fence_view_async_shared();
-      __syncthreads();  // every warpgroup is done with K(j + 1) and V(j + 2)
-      auto loads = [&]() {
-        if (j > 0) load_k(j - 1, slot(j - 1));
-        load_v(j, slot(j));
-        cp_async_fence();
-      };
-      if constexpr (Traits::kLoadsFirst) loads();
-      AccS acc_s;
-      s_tile(j, acc_s);
-      wgmma_issue<false, true>(mma_o, tOrP, tOrV(_, _, _, slot(j + 1)), acc_o);
-      if constexpr (!Traits::kLoadsFirst) loads();
-      warpgroup_wait<1>();  // S(j)
-      warpgroup_fence_operand(acc_s);
-      mask_scale(j, acc_s);
-      const bool moved = softmax_step(softmax, acc_s, corr, scale_log2);
-      warpgroup_wait<0>();  // P(j + 1) V(j + 1)
-      warpgroup_fence_operand(acc_o);
-      rescale_rows(acc_o, corr, moved);
-      Tensor rP = convert_regs<Element>(acc_s);
-#pragma unroll
-      for (int i = 0; i < size(tOrP); ++i) tOrP(i) = rP(i);
-    }
-    if (n_first >= 0) {
-      cp_async_wait<0>();  // V(0)
-      cutlass::arch::fence_view_async_shared();
-      __syncthreads();
-      wgmma_issue<false, true>(mma_o, tOrP, tOrV(_, _, _, slot(0)), acc_o);
-      warpgroup_wait<0>();
-      warpgroup_fence_operand(acc_o);
     }
   } else {
     // The overlapped loop over the visited tiles only (kMasks): tiles may be

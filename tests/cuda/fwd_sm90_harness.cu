@@ -17,14 +17,6 @@
 
 namespace jf = jax_flash::cuda;
 
-// sm90_alt/*.cu: alternative configurations (bf16), registered by their
-// units; "late" = loads issued behind the wgmmas, "ov" = overlapped loop,
-// "noov" = each wgmma waited on, "2cta" = two CTAs per SM (128 registers).
-#include "sm90_alt/alt.h"
-std::vector<Sm90Alt>& sm90_alts() {
-  static std::vector<Sm90Alt> alts;
-  return alts;
-}
 
 // The Hopper forward for one (dtype, head dim <= 256): the kernel head dim
 // is 64, 128 or 256 (columns past head_dim are zero-padded, as run_fwd does).
@@ -227,23 +219,13 @@ static void bench_masks(bool logits = false, int d = 128) {
               flops / (ms0 / 1e3) / 1e12);
   for (const V& x : vs) {
     const double ms = time_ms(fn_var, x.p);
-    std::string alt_cols;
-    if (logits)
-      for (const Sm90Alt& a : sm90_alts())
-        if (a.d == d && std::string(a.name).rfind("logits", 0) == 0) {
-          const double ma = time_ms(a.fn, x.p);
-          char buf[128];
-          std::snprintf(buf, sizeof buf, "  | %s %.3f ms x%.3f", a.name, ma, ma / ms0);
-          alt_cols += buf;
-        }
 #ifdef SM90_NO_SM80
     const double ms80 = -1.0;
 #else
     const double ms80 = time_ms(&jf::run_fwd, x.p);
 #endif
-    std::printf("%s d%d %-32s sm90 %.3f ms  x%.3f vs sm90 plain causal  |  sm80 %.3f ms  x%.3f%s\n",
-                logits ? "LBENCH" : "MBENCH", d, x.name, ms, ms / ms0, ms80, ms80 > 0 ? ms80 / ms0 : -1.0,
-                alt_cols.c_str());
+    std::printf("%s d%d %-32s sm90 %.3f ms  x%.3f vs sm90 plain causal  |  sm80 %.3f ms  x%.3f\n",
+                logits ? "LBENCH" : "MBENCH", d, x.name, ms, ms / ms0, ms80, ms80 > 0 ? ms80 / ms0 : -1.0);
     if (x.p.q_segment_ids == d_pids)
       std::printf("MBENCH packed docs: real-work rate %.3f of plain causal's (sm90)\n",
                   (4.0 * pairs * d * h * b / ms) / (flops / ms0));
@@ -261,12 +243,8 @@ static void bench_masks(bool logits = false, int d = 128) {
 
 static void bench_sm90() {
   const int tokens = 16384, hidden = 2048;
-  std::printf("\n== timings (bf16, batch*seqlen=%d, hidden=%d), TFLOP/s: sm90 wgmma (default config) vs run_fwd "
-              "(SM80 mma.sync; -1 = not in this build), then alternatives ==\n", tokens, hidden);
-  std::vector<Sm90Alt> alts = sm90_alts();
-  std::sort(alts.begin(), alts.end(), [](const Sm90Alt& x, const Sm90Alt& y) {
-    return std::string(x.name) < std::string(y.name);
-  });
+  std::printf("\n== timings (bf16, batch*seqlen=%d, hidden=%d), TFLOP/s: the sm90 warp-specialised kernel vs "
+              "run_fwd (SM80 mma.sync; -1 = not in this build) ==\n", tokens, hidden);
   for (int d : {128, 64, 256}) {
     for (int s : {512, 1024, 2048, 4096, 8192, 16384}) {
       for (bool causal : {false, true}) {
@@ -279,8 +257,6 @@ static void bench_sm90() {
 #endif
         std::printf("BENCH d=%3d seqlen=%5d b=%d h=%2d causal=%d  sm90 %.1f TFLOP/s  sm80 %.1f TFLOP/s  x%.3f", d, s, b,
                     h, int(causal), tn, to, tn / to);
-        for (const Sm90Alt& a : alts)
-          if (a.d == d && std::string(a.name).rfind("logits", 0) != 0) std::printf("  | %s %.1f", a.name, time_config(a.fn, b, s, h, d, causal, DType::kBFloat16));
         std::printf("\n");
         std::fflush(stdout);
       }
@@ -295,15 +271,6 @@ int main(int argc, char** argv) {
     uint64_t seed = 701;
     for (const auto& c : vc) run_var_case(c, seed++);
     std::printf("%d / %zu soft-cap / ALiBi variant cases failed (sm90 logits kernel)\n", g_fail, vc.size());
-    for (const Sm90Alt& a : sm90_alts()) {
-      if (std::string(a.name).rfind("logits", 0) != 0) continue;
-      int n = 0;
-      g_run_var = a.fn;
-      std::printf("-- alternative: d%d %s --\n", a.d, a.name);
-      for (const auto& c : vc)
-        if (c.D == a.d) { run_var_case(c, seed++); ++n; }
-      std::printf("%d failed so far (%d cases of this alternative)\n", g_fail, n);
-    }
     bench_masks(true, 128);
     bench_masks(true, 64);
     bench_masks(true, 256);
@@ -344,18 +311,6 @@ int main(int argc, char** argv) {
   g_run_fwd = &sm90_fwd;
   for (const Case& c : cases) run_case(c);
   std::printf("%d / %zu cases failed\n", g_fail, cases.size());
-  if (!only_bench) {
-    // alternative configurations (bf16, Sq and Sk <= 1000 cases of their head dim)
-    for (const Sm90Alt& a : sm90_alts()) {
-      if (std::string(a.name).rfind("logits", 0) == 0) continue;  // --logits mode only
-      int n = 0;
-      g_run_fwd = a.fn;
-      std::printf("-- alternative: d%d %s --\n", a.d, a.name);
-      for (const Case& c : cases)
-        if (c.d == a.d && c.dt == B && c.sq <= 1000 && c.sk <= 1000) { run_case(c); ++n; }
-      std::printf("%d failed so far (%d cases of this alternative)\n", g_fail, n);
-    }
-  }
   bench_sm90();
   return g_fail ? 1 : 0;
 }

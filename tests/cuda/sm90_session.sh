@@ -6,7 +6,7 @@ cd "$(dirname "$0")"
 OUT=${OUT:-.}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.limit --format=csv > "$OUT/gpu.txt" 2>&1
 if ldd build/fwd_sm90_harness 2>&1 | grep -q "not found" || [ ! -x build/fwd_sm90_harness ]; then SM90_REBUILD=1; fi
-# SM90_MAKE_ARGS: e.g. "SM80=0 ALTS=d64_n128_ov" (Makefile.sm90 says what they do).
+# SM90_MAKE_ARGS: e.g. "SM80=0" (Makefile.sm90 says what it does).
 if [ -n "$SM90_REBUILD" ]; then make -f Makefile.sm90 -j16 $SM90_MAKE_ARGS > "$OUT/build.log" 2>&1 || { cat "$OUT/build.log"; exit 1; }; fi
 for o in build/fwd_sm90_hdim128_bf16.o build/fwd_sm90_hdim64_bf16.o build/fwd_sm90_hdim256_bf16.o build/d128_n192_noov.o \
          build/fwd_sm90_masks_hdim64_bf16.o build/fwd_sm90_masks_hdim128_bf16.o build/fwd_sm90_masks_hdim256_bf16.o \
