@@ -33,10 +33,14 @@ NB_MODULE(_jax_flash, m) {
     nb::dict cpu, cuda, out;
     cpu["jax_flash_fwd"] = capsule(jax_flash_fwd_cpu);
     cpu["jax_flash_bwd"] = capsule(jax_flash_bwd_cpu);
+    cpu["jax_flash_kvcache_fwd"] = capsule(jax_flash_kvcache_fwd_cpu);
+    cpu["jax_flash_kvcache_append_fwd"] = capsule(jax_flash_kvcache_append_fwd_cpu);
     out["cpu"] = cpu;
 #ifdef JAX_FLASH_WITH_CUDA
     cuda["jax_flash_fwd"] = capsule(jax_flash_fwd_cuda);
     cuda["jax_flash_bwd"] = capsule(jax_flash_bwd_cuda);
+    cuda["jax_flash_kvcache_fwd"] = capsule(jax_flash_kvcache_fwd_cuda);
+    cuda["jax_flash_kvcache_append_fwd"] = capsule(jax_flash_kvcache_append_fwd_cuda);
     out["CUDA"] = cuda;
 #endif
     return out;
