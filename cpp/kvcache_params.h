@@ -55,6 +55,11 @@ struct KvcacheParams {
   int64_t window_left = -1;  // >= 0: query at p sees keys j >= p - window_left
   int64_t window_right = -1; // >= 0: ... and j <= p + window_right
   float softcap = 0.f;
+  // attention()'s decode route: query i of b sits at query_offset (+
+  // query_offsets[b]) + i instead of the bottom-right position.
+  bool explicit_positions = false;
+  int64_t query_offset = 0;
+  const int32_t* query_offsets = nullptr;  // [batch] or nullptr
   DType dtype = DType::kFloat32;
 
   int num_splits = 1;  // CUDA: key ranges per (batch, kv head); the CPU picks its own
@@ -77,6 +82,11 @@ struct KvcacheParams {
     int64_t n = cache_seqlens[b];
     if (n < 0) n = 0;
     return n + (appending() ? seqlen_q : 0);
+  }
+  // Position of query row 0 of b.
+  JAX_FLASH_HD int64_t query_start(int b) const {
+    if (explicit_positions) return query_offset + (query_offsets ? query_offsets[b] : 0);
+    return raw_length(b) - seqlen_q;
   }
   // Keys of b that exist: [0, length(b)).
   JAX_FLASH_HD int64_t length(int b) const {

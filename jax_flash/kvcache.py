@@ -193,9 +193,7 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k=None, v=None
     _check_array(k_cache, "k_cache")
     _check_array(v_cache, "v_cache")
     capacity = _validate(q, k_cache, v_cache, cache_seqlens, k, v, page_table, alibi_slopes)
-    batch, sq, hq, d = _shape(q)
-    hkv = int(k_cache.shape[2])
-    s = _check_scale(scale, d)
+    s = _check_scale(scale, int(q.shape[3]))
     mask = _make_mask(causal, local_window_size, logits_soft_cap, 0)
     append = k is not None
     extras, bits = [], 0
@@ -208,11 +206,31 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k=None, v=None
     if alibi_slopes is not None:
         extras.append(jnp.asarray(alibi_slopes, jnp.float32))
         bits |= _ALIBI
+    out = kvcache_call(q, k_cache, v_cache, cache_seqlens, extras, bits, scale=s, mask=mask,
+                       capacity=capacity)
+    o, lse = out[0], out[1]
+    res = (o, lse) if return_lse else o
+    if append:
+        return res, out[2], out[3]
+    return res
+
+
+_POSITIONS, _QUERY_OFFSETS = 16, 8
+
+
+def kvcache_call(q, k_cache, v_cache, cache_seqlens, extras, bits, *, scale, mask, capacity,
+                 query_offset=0):
+    """The FFI call on checked operands: `extras` in KvcacheInput order,
+    `bits` the optional_inputs mask; returns (o, lse[, k_cache, v_cache])."""
+    batch, sq, hq, d = _shape(q)
+    hkv = int(k_cache.shape[2])
+    append = bool(bits & _NEW_KV)
     q, k_cache, v_cache = jnp.asarray(q), jnp.asarray(k_cache), jnp.asarray(v_cache)
     cache_seqlens = jnp.asarray(cache_seqlens)
-    attrs = dict(scale=np.float32(s), causal=bool(mask.causal),
+    attrs = dict(scale=np.float32(scale), causal=bool(mask.causal),
                  window_left=np.int64(mask.window_left), window_right=np.int64(mask.window_right),
-                 softcap=np.float32(mask.softcap), optional_inputs=np.int64(bits))
+                 softcap=np.float32(mask.softcap), optional_inputs=np.int64(bits),
+                 query_offset=np.int64(query_offset))
     gpu_splits = num_splits(batch, sq, hq, hkv, d, capacity, _num_sms())
 
     def call(splits):
@@ -240,13 +258,79 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k=None, v=None
         return run
 
     # The CPU kernel picks its own splits (host scratch); CUDA's are sized here.
-    out = jax.lax.platform_dependent(q, k_cache, v_cache, cache_seqlens, *extras,
-                                     cpu=call(1), default=call(gpu_splits))
-    o, lse = out[0], out[1]
-    res = (o, lse) if return_lse else o
-    if append:
-        return res, out[2], out[3]
-    return res
+    return jax.lax.platform_dependent(q, k_cache, v_cache, cache_seqlens, *extras,
+                                      cpu=call(1), default=call(gpu_splits))
+
+
+# ---------------------------------------------------------------------------
+# jax_flash.attention's decode route: small-query, long-key forwards run the
+# split-KV kernel on CUDA (the backward keeps the training kernels).
+
+ROUTE_MAX_QUERIES = 16
+ROUTE_MIN_KEYS = 2048
+
+
+def _route_mode() -> str:
+    import os
+
+    return os.environ.get("JAX_FLASH_DECODE_ROUTE", "1")
+
+
+def decode_route_applies(q, k, mask, extras) -> bool:
+    """Whether attention()'s forward takes the decode kernel on CUDA: at most
+    16 queries against at least 2048 keys, no option the decode kernel lacks
+    (dropout, query lengths, segment ids), a 16-bit dtype and head dim with
+    decode kernels in this build. JAX_FLASH_DECODE_ROUTE=0 turns it off;
+    =force takes it for every shape and on the CPU too (tests)."""
+    mode = _route_mode()
+    if mode == "0":
+        return False
+    if mask.dropout_rate or extras.q_seqlens is not None or extras.q_segment_ids is not None:
+        return False
+    if mode == "force":
+        return True
+    if "CUDA" not in _ffi.compiled_platforms():
+        return False
+    sq, d = int(q.shape[-3]), int(q.shape[-1])
+    if sq > ROUTE_MAX_QUERIES or int(k.shape[-3]) < ROUTE_MIN_KEYS:
+        return False
+    names = {"bfloat16": jnp.dtype(jnp.bfloat16), "float16": jnp.dtype(jnp.float16)}
+    if jnp.dtype(q.dtype) not in [names[n] for n in _ffi.cuda_dtypes()]:
+        return False
+    return d in _ffi.cuda_kvcache_head_dims()
+
+
+def decode_route_fwd(q, k, v, extras, scale, mask, regular):
+    """(o, lse) of attention's forward through the decode kernel on CUDA and
+    `regular(q, k, v)` elsewhere. Leading batch axes are folded; positions
+    are attention()'s (query_offset + query_offsets[b] + i); the keys past
+    kv_seqlens are the cache's unused rows."""
+    lead = tuple(q.shape[:-3])
+    sq, hq, d = (int(x) for x in q.shape[-3:])
+    sk, hkv = int(k.shape[-3]), int(k.shape[-2])
+    batch = int(np.prod(lead)) if lead else 1
+    q4, k4, v4 = (x.reshape((batch,) + tuple(x.shape[-3:])) for x in (q, k, v))
+    lens = (jnp.full((batch,), sk, jnp.int32) if extras.kv_seqlens is None
+            else extras.kv_seqlens.reshape(batch).astype(jnp.int32))
+    ops, bits = [], _POSITIONS
+    if extras.alibi_slopes is not None:
+        ops.append(jnp.broadcast_to(extras.alibi_slopes, lead + (hq,)).reshape(batch, hq))
+        bits |= _ALIBI
+    if extras.query_offsets is not None:
+        ops.append(extras.query_offsets.reshape(batch).astype(jnp.int32))
+        bits |= _QUERY_OFFSETS
+
+    def decode(q4, k4, v4, lens, *ops):
+        o, lse = kvcache_call(q4, k4, v4, lens, list(ops), bits, scale=scale,
+                              mask=mask._replace(query_offset=0), capacity=sk,
+                              query_offset=mask.query_offset)
+        return o.reshape(q.shape), lse.reshape(lead + (hq, sq))
+
+    def other(q4, k4, v4, lens, *ops):
+        return regular(q, k, v)
+
+    cpu = decode if _route_mode() == "force" else other
+    return jax.lax.platform_dependent(q4, k4, v4, lens, *ops, cpu=cpu, cuda=decode, default=other)
 
 
 __all__ = ["attention_with_kvcache", "num_splits"]

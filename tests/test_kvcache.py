@@ -221,3 +221,36 @@ def test_bad_arguments_raise_before_tracing(mutate, exc, match):
     with pytest.raises(exc, match=match):
         jax_flash.attention_with_kvcache(a["q"], a["kc"], a["vc"], a["lens"], k=a["kn"], v=a["vn"],
                                          page_table=a["pt"])
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(causal=True, query_offset=37),
+    dict(causal=True, query_offset="per_batch", key_value_seq_lengths=[60, 41]),
+    dict(causal=False, local_window_size=(9, 2), logits_soft_cap=3.0),
+    dict(causal=True, alibi_slopes=[0.1, 0.2, 0.3, 0.4], query_offset=50),
+])
+def test_attention_decode_route_matches_regular_kernel(monkeypatch, kwargs):
+    """attention()'s decode route (forced onto the CPU kernel here) gives the
+    regular kernel's forward, and its gradient still comes from the training
+    kernels."""
+    rng = np.random.default_rng(10)
+    q = jnp.asarray(rng.standard_normal((2, 3, 4, 32)), jnp.float32)
+    k = jnp.asarray(rng.standard_normal((2, 64, 2, 32)), jnp.float32)
+    v = jnp.asarray(rng.standard_normal((2, 64, 2, 32)), jnp.float32)
+    kwargs = dict(kwargs)
+    if kwargs.get("query_offset") == "per_batch":
+        kwargs["query_offset"] = jnp.asarray([57, 20], jnp.int32)
+    if "key_value_seq_lengths" in kwargs:
+        kwargs["key_value_seq_lengths"] = jnp.asarray(kwargs["key_value_seq_lengths"], jnp.int32)
+    if "alibi_slopes" in kwargs:
+        kwargs["alibi_slopes"] = jnp.asarray(kwargs["alibi_slopes"], jnp.float32)
+    ref_o, ref_lse = jax_flash.attention(q, k, v, return_lse=True, **kwargs)
+    ref_g = jax.grad(lambda q: jax_flash.attention(q, k, v, **kwargs).sum())(q)
+    monkeypatch.setenv("JAX_FLASH_DECODE_ROUTE", "force")
+    o, lse = jax.jit(lambda q, k, v: jax_flash.attention(q, k, v, return_lse=True, **kwargs))(q, k, v)
+    hlo = jax.jit(lambda q: jax_flash.attention(q, k, v, **kwargs)).lower(q).as_text()
+    assert "jax_flash_kvcache_fwd" in hlo
+    np.testing.assert_allclose(np.asarray(o), np.asarray(ref_o), atol=2e-5)
+    np.testing.assert_allclose(np.asarray(lse), np.asarray(ref_lse), atol=2e-5)
+    g = jax.grad(lambda q: jax_flash.attention(q, k, v, **kwargs).sum())(q)
+    np.testing.assert_allclose(np.asarray(g), np.asarray(ref_g), atol=2e-5)

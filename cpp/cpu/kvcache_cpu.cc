@@ -72,7 +72,7 @@ void attend_impl(const KvcacheParams& p, const Executor& exec) {
   exec.parallel_for(S * base, [&](int64_t task) {
     const int64_t s = task % S, bh = task / S;
     const int b = int(bh / p.heads_kv), hk = int(bh % p.heads_kv);
-    const int64_t L = p.length(b), pos0 = p.raw_length(b) - sq;
+    const int64_t L = p.length(b), pos0 = p.query_start(b);
     // Keys any row of the group may see.
     const int64_t lo = std::max<int64_t>(0, p.first_key(pos0));
     const int64_t hi = std::min<int64_t>(L, p.last_key(pos0 + sq - 1) + 1);

@@ -24,6 +24,8 @@ enum KvcacheInput : int64_t {
   kKvcacheNewKv = 1 << 0,      // k_new, v_new [batch, seqlen_q, heads_kv, head_dim]
   kKvcachePageTable = 1 << 1,  // int32 [batch, pages_per_seq]
   kKvcacheAlibi = 1 << 2,      // float32 [heads_q] or [batch, heads_q]
+  kKvcacheQueryOffsets = 1 << 3,  // int32 [batch]: added to the query_offset attribute
+  kKvcachePositions = 1 << 4,  // no operand: positions are query_offset (+ offsets) + i
 };
 
 struct KvcacheAttrs {
@@ -33,6 +35,7 @@ struct KvcacheAttrs {
   float softcap = 0.f;
   int64_t optional_inputs = 0;
   int64_t num_splits = 1;
+  int64_t query_offset = 0;
 };
 
 inline ffi::Error kv_err(const std::string& msg) {
@@ -61,12 +64,15 @@ inline ffi::Error fill_kvcache(KvcacheParams& p, const ffi::AnyBuffer& q, const 
   if (qd[3] < 1 || qd[3] > 256) return kv_err("head_dim must be in [1, 256]");
   if (qd[0] * qd[2] > INT32_MAX || qd[1] > INT32_MAX) return kv_err("sizes exceed the int32 range");
   const int64_t present = a.optional_inputs;
-  if (present < 0 || present >= 8) return kv_err("optional_inputs has unknown bits");
+  if (present < 0 || present >= 32) return kv_err("optional_inputs has unknown bits");
+  if ((present & kKvcacheQueryOffsets) && !(present & kKvcachePositions))
+    return kv_err("query_offsets need explicit positions");
   const bool append = (present & kKvcacheNewKv) != 0;
   if (append != (kc_out != nullptr))
     return kv_err("k/v to append must come with the appending target, and only there");
   const size_t expected = (append ? 2 : 0) + ((present & kKvcachePageTable) ? 1 : 0) +
-                          ((present & kKvcacheAlibi) ? 1 : 0);
+                          ((present & kKvcacheAlibi) ? 1 : 0) +
+                          ((present & kKvcacheQueryOffsets) ? 1 : 0);
   if (extra.size() != expected)
     return kv_err("optional_inputs names " + std::to_string(expected) + " operands, got " +
                   std::to_string(extra.size()));
@@ -127,6 +133,16 @@ inline ffi::Error fill_kvcache(KvcacheParams& p, const ffi::AnyBuffer& q, const 
     p.alibi_slopes = static_cast<const float*>(al.value().untyped_data());
     p.alibi_batch_stride = per_batch ? p.heads_q : 0;
   }
+  if (present & kKvcacheQueryOffsets) {
+    auto qo = extra.get<ffi::AnyBuffer>(next++);
+    if (qo.has_error()) return qo.error();
+    if (qo.value().element_type() != ffi::DataType::S32 ||
+        qo.value().element_count() != size_t(p.batch))
+      return kv_err("query_offsets must be int32 [batch]");
+    p.query_offsets = static_cast<const int32_t*>(qo.value().untyped_data());
+  }
+  p.explicit_positions = (present & kKvcachePositions) != 0;
+  p.query_offset = a.query_offset;
   if (a.softcap < 0.f || a.window_left < -1 || a.window_right < -1)
     return kv_err("softcap must be >= 0 and window sizes >= -1");
   if (a.num_splits < 1 || a.num_splits > 1024) return kv_err("num_splits must be in [1, 1024]");
@@ -153,7 +169,8 @@ auto bind_kvcache_attrs(Binding binding) {
       .template Attr<int64_t>("window_right")
       .template Attr<float>("softcap")
       .template Attr<int64_t>("optional_inputs")
-      .template Attr<int64_t>("num_splits");
+      .template Attr<int64_t>("num_splits")
+      .template Attr<int64_t>("query_offset");
 }
 
 // Operands: q, k_cache, v_cache, cache_seqlens, then the KvcacheInput extras.
@@ -185,8 +202,8 @@ auto bind_kvcache_append_fwd(Binding binding) {
 
 #define JAX_FLASH_KVCACHE_ATTR_PARAMS                                                   \
   float scale, bool causal, int64_t window_left, int64_t window_right, float softcap, \
-      int64_t optional_inputs, int64_t num_splits
+      int64_t optional_inputs, int64_t num_splits, int64_t query_offset
 #define JAX_FLASH_KVCACHE_ATTRS \
-  KvcacheAttrs { scale, causal, window_left, window_right, softcap, optional_inputs, num_splits }
+  KvcacheAttrs { scale, causal, window_left, window_right, softcap, optional_inputs, num_splits, query_offset }
 
 }  // namespace jax_flash::ffi_glue

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 #include <cuda_runtime_api.h>
 
@@ -13,6 +14,9 @@ namespace jax_flash::cuda {
 // Whether a decode kernel exists for this dtype and head dim in this build
 // (head dims 64, 128, 256; JAX_FLASH_CUDA_HEAD_DIMS / _DTYPES may drop some).
 bool kvcache_supports(DType dtype, int head_dim);
+
+// The decode head dims of this build, ascending.
+std::vector<int> kvcache_head_dims();
 
 // Float32 scratch the launch needs (params.o_partial + params.lse_partial):
 // nothing for one split.
