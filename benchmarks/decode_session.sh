@@ -2,11 +2,11 @@
 # One device call for the split-KV decode kernels: build (training kernels of
 # one head dim only, decode kernels for 64/128/256), GPU tests, memcheck of the
 # paged / bad-page tests, and bench_decode. Logs and JSON under $OUT.
-#   DTYPES="bf16;fp16" bash benchmarks/decode_session.sh [build] [test] [sanitize] [bench]
+#   DTYPES="bf16;fp16" bash benchmarks/decode_session.sh [build] [test] [bench] [sanitize]
 set -uo pipefail
 OUT=${OUT:-/tmp/jf_out}
 mkdir -p "$OUT"
-stages=${*:-build test sanitize bench}
+stages=${*:-build test bench sanitize}
 DTYPES=${DTYPES:-bf16}
 export PYTHONUNBUFFERED=1
 if [ -d ../../.whl ] && ! python3 -c "import cutlass_library" 2>/dev/null; then
@@ -25,7 +25,6 @@ for stage in $stages; do
       rc=$?
       echo "build rc=$rc in $(( $(date +%s) - start )) s" | tee -a "$OUT/summary.txt"
       [ $rc -eq 0 ] || { tail -60 "$OUT/build.log"; exit 1; }
-      grep -E "decode_kernel.*registers|spill" "$OUT/build.log" | head -5
       ;;
     test)
       XLA_FLAGS=--xla_gpu_autotune_level=0 timeout ${TEST_TIMEOUT:-240} python3 -P -m pytest -q -rfE \
