@@ -131,8 +131,8 @@ def _cta_slots_per_sm(head_dim: int, warps_m: int) -> int:
 def num_splits(batch: int, seqlen_q: int, heads_q: int, heads_kv: int, head_dim: int,
                capacity: int, num_sms: int = 132) -> int:
     """Key splits per (batch, kv head, row block) for the CUDA kernel: the
-    fewest that fill the SMs' CTA slots to >= 90% of a wave, each split
-    keeping at least 4 key blocks (256 keys)."""
+    fewest that fill the SMs' CTA slots to >= 95% of the last wave (else the
+    best fill), each split keeping at least 4 key blocks (256 keys)."""
     rows = (heads_q // heads_kv) * seqlen_q
     wm = 1 if rows <= 16 else (2 if rows <= 32 else 4)
     base = batch * heads_kv * -(-rows // (16 * wm))
@@ -144,7 +144,7 @@ def num_splits(batch: int, seqlen_q: int, heads_q: int, heads_kv: int, head_dim:
     for s in range(1, max_splits + 1):
         ctas = base * s
         eff = ctas / (-(-ctas // slots) * slots)
-        if eff >= 0.9:
+        if eff >= 0.95:
             return s
         if eff > best_eff + 1e-9:
             best, best_eff = s, eff

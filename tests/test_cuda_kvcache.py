@@ -10,7 +10,6 @@ import pytest
 
 import jax_flash
 from jax_flash import _ffi
-from jax_flash.kvcache import num_splits
 from kvcache_reference import reference, to_paged
 
 pytestmark = pytest.mark.gpu
@@ -182,9 +181,3 @@ def test_attention_routes_decode_shapes_to_split_kv(monkeypatch):
     assert float(np.max(np.abs(np.asarray(o, np.float32) - np.asarray(ro, np.float32)))) < 2e-2
     np.testing.assert_allclose(np.asarray(lse), np.asarray(rlse), atol=1e-2)
 
-
-def test_num_splits_fill_the_sms():
-    # batch 8, 32k, 32:8, d128: 64 CTAs a split, 2 a SM -> 4 splits = 256 of 264 slots.
-    assert num_splits(8, 1, 32, 8, 128, 32768, 132) == 4
-    assert num_splits(64, 1, 32, 8, 128, 8192, 132) == 1
-    assert num_splits(1, 1, 32, 8, 128, 1 << 17, 132) >= 30

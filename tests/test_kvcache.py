@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import jax_flash
+from jax_flash.kvcache import num_splits
 from kvcache_reference import reference, to_paged
 
 TOL = {jnp.float32: 2e-5, jnp.bfloat16: 2e-2, jnp.float16: 4e-3}
@@ -254,3 +255,26 @@ def test_attention_decode_route_matches_regular_kernel(monkeypatch, kwargs):
     np.testing.assert_allclose(np.asarray(lse), np.asarray(ref_lse), atol=2e-5)
     g = jax.grad(lambda q: jax_flash.attention(q, k, v, **kwargs).sum())(q)
     np.testing.assert_allclose(np.asarray(g), np.asarray(ref_g), atol=2e-5)
+
+
+def test_num_splits_fill_the_sms():
+    # batch 8, 32k, 32:8, d128: 64 CTAs a split, 2 a SM -> 4 splits = 256 of 264 slots.
+    assert num_splits(8, 1, 32, 8, 128, 32768, 132) == 4
+    assert num_splits(64, 1, 32, 8, 128, 8192, 132) == 1
+    assert num_splits(1, 1, 32, 8, 128, 1 << 17, 132) == 32
+
+
+def test_bench_decode_runs_on_cpu(tmp_path):
+    import json
+    import pathlib
+    import subprocess
+    import sys
+
+    script = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "bench_decode.py"
+    out = subprocess.run([sys.executable, "-P", str(script), "--shapes", "quick", "--time", "0.01",
+                          "--impls", "jax_flash,jax_flash_paged,xla", "--out", str(tmp_path / "d.json")],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    recs = json.loads((tmp_path / "d.json").read_text())
+    assert {r["impl"] for r in recs} == {"jax_flash", "jax_flash_paged16", "jax_flash_paged256", "xla"}
+    assert all(r["gbps"] > 0 for r in recs)

@@ -121,6 +121,7 @@ inline ffi::Error fill_kvcache(KvcacheParams& p, const ffi::AnyBuffer& q, const 
     p.num_pages = kd[0];
   }
   p.cache_rows = kd[1];
+  if (kd[0] * kd[1] > INT32_MAX) return kv_err("the cache holds more than 2^31 rows");
   if (present & kKvcacheAlibi) {
     auto al = extra.get<ffi::AnyBuffer>(next++);
     if (al.has_error()) return al.error();

@@ -27,7 +27,7 @@ namespace jax_flash::cuda::decode {
 
 constexpr int kBlockN = 64;  // keys per pipeline stage (jax_flash/kvcache.py KEY_BLOCK)
 
-template <class Element_, int D, int WM>
+template <class Element_, int D, int WM, int Stages = (D == 64 ? 4 : (D == 128 ? 3 : 2))>
 struct DecodeConfig {
   using Element = Element_;
   static_assert(D == 64 || D == 128 || D == 256, "decode head dims: 64, 128, 256");
@@ -35,7 +35,9 @@ struct DecodeConfig {
   static constexpr int kThreads = 128;
   static constexpr int kWarpsN = 4 / WM;    // warps sharing a stage's keys
   static constexpr int kBlockM = 16 * WM;   // query rows per CTA
-  static constexpr int kStages = D == 64 ? 4 : (D == 128 ? 3 : 2);
+  // 4 / 3 / 2 stages for d 64 / 128 / 256 fit sm_80's 163 KB; d 256 takes 3
+  // where the device allows (H100: 227 KB a CTA), chosen at launch.
+  static constexpr int kStages = Stages;
   static constexpr int kChunks = D / 8;     // 16-byte chunks per row
   static constexpr int kTileElems = kBlockN * D;
   static constexpr int kSmemQ = kBlockM * D * 2;
@@ -101,19 +103,47 @@ __global__ void __launch_bounds__(128) decode_kernel(const KvcacheParams p) {
     cp_async_16(smem_addr(sQ + swz<D>(r, c)), ok ? src : q, ok);
   }
 
+  // Each thread copies one 16-byte chunk column of kPasses rows a stage. The
+  // rows' cache offsets (page-table reads for a paged cache, 32-bit index
+  // math) are all computed before the copies are issued, so the lookups
+  // overlap instead of serialising the cp.async stream.
+  constexpr int kRowsPerPass = Cfg::kThreads / Cfg::kChunks;
+  constexpr int kPasses = kBlockN / kRowsPerPass;
+  const int lc = tid % Cfg::kChunks, lr = tid / Cfg::kChunks;
+  const int64_t row_stride = p.row_stride();
+  const int32_t* page_row = p.paged() ? p.page_table + int64_t(b) * p.pages_per_seq : nullptr;
+  const uint32_t page_size = uint32_t(p.cache_rows);
+  const Element* kc_col = kc + int64_t(hk) * D + lc * 8;
+  const Element* vc_col = vc + int64_t(hk) * D + lc * 8;
+  const int64_t contig_base = int64_t(b) * p.cache_rows;
   auto load_block = [&](int stage, int64_t blk) {
     const int64_t j0 = blk * kBlockN;
+    int32_t cache_row[kPasses];  // row of the [slabs * cache_rows] cache, -1: not read
+#pragma unroll
+    for (int k = 0; k < kPasses; ++k) {
+      const int64_t j = j0 + lr + k * kRowsPerPass;
+      cache_row[k] = -1;
+      if (j < L) {
+        if (page_row) {
+          const uint32_t jj = uint32_t(j), pg = jj / page_size;
+          const int32_t page = page_row[pg];
+          if (page >= 0 && page < p.num_pages)
+            cache_row[k] = int32_t(uint32_t(page) * page_size + (jj - pg * page_size));
+        } else {
+          cache_row[k] = int32_t(contig_base + j);
+        }
+      }
+    }
     Element* dk = sK + stage * Cfg::kTileElems;
     Element* dv = sV + stage * Cfg::kTileElems;
-#pragma unroll 4
-    for (int idx = tid; idx < kBlockN * Cfg::kChunks; idx += Cfg::kThreads) {
-      const int r = idx / Cfg::kChunks, c = idx % Cfg::kChunks;
-      const int64_t j = j0 + r;
-      const int64_t off = j < L ? p.cache_offset(b, j, hk) : -1;
-      const bool ok = off >= 0;
-      cp_async_16(smem_addr(dk + swz<D>(r, c)), ok ? kc + off + c * 8 : kc, ok);
-      cp_async_16(smem_addr(dv + swz<D>(r, c)), ok ? vc + off + c * 8 : vc, ok);
-      if (c == 0) sFlag[stage * kBlockN + r] = ok;
+#pragma unroll
+    for (int k = 0; k < kPasses; ++k) {
+      const int r = lr + k * kRowsPerPass;
+      const bool ok = cache_row[k] >= 0;
+      const int64_t off = int64_t(cache_row[k]) * row_stride;
+      cp_async_16(smem_addr(dk + swz<D>(r, lc)), ok ? kc_col + off : kc, ok);
+      cp_async_16(smem_addr(dv + swz<D>(r, lc)), ok ? vc_col + off : vc, ok);
+      if (lc == 0) sFlag[stage * kBlockN + r] = ok;
     }
   };
 
@@ -230,6 +260,11 @@ __global__ void __launch_bounds__(128) decode_kernel(const KvcacheParams p) {
   }
 
   // Merge the warps that shared the keys, then write o/lse or the partials.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // Let the combine kernel (a programmatic dependent) be staged now; it
+  // still waits for this grid to complete before reading the partials.
+  asm volatile("griddepcontrol.launch_dependents;\n" ::);
+#endif
   cp_async_wait<0>();
   __syncthreads();
   float* sO = reinterpret_cast<float*>(sK);  // [kWarpsN][kBlockM][D]

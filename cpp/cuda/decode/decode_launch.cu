@@ -65,6 +65,11 @@ __global__ void combine_kernel(const KvcacheParams p) {
   const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
   const int64_t row = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // Launched as a programmatic dependent of the split kernel: wait until it
+  // has finished and its partials are visible.
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
   if (row >= rows) return;
   const int S = p.num_splits;
   float mx = -INFINITY;
@@ -118,6 +123,15 @@ constexpr bool decode_hdim_compiled() {
 template <DType t>
 using ElementOf = std::conditional_t<t == DType::kBFloat16, __nv_bfloat16, __half>;
 
+// Compute capability >= 9.0 on the current device (PDL).
+bool pdl_supported() {
+  int dev = 0, major = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+    return false;
+  return major >= 9;
+}
+
 template <class Element, int D>
 cudaError_t run_typed(const KvcacheParams& p, cudaStream_t stream) {
   if constexpr (!decode_hdim_compiled<D>()) {
@@ -128,8 +142,24 @@ cudaError_t run_typed(const KvcacheParams& p, cudaStream_t stream) {
     const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
     const int64_t blocks = (rows + 3) / 4;
     if (blocks > INT32_MAX) return cudaErrorInvalidConfiguration;
-    combine_kernel<Element, D><<<unsigned(blocks), 128, 0, stream>>>(p);
-    return cudaGetLastError();
+    // Programmatic dependent launch (sm_90+): the combine grid is staged
+    // while the split kernel drains, hiding a launch gap of a few us.
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(unsigned(blocks));
+    cfg.blockDim = dim3(128);
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl_supported() ? 1 : 0;
+    err = cudaLaunchKernelEx(&cfg, combine_kernel<Element, D>, p);
+    if (err != cudaSuccess && cfg.numAttrs) {  // e.g. a capture that refuses it
+      (void)cudaGetLastError();
+      cfg.numAttrs = 0;
+      err = cudaLaunchKernelEx(&cfg, combine_kernel<Element, D>, p);
+    }
+    return err;
   }
 }
 

@@ -42,13 +42,33 @@ static cudaError_t launch_cfg(const KvcacheParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+template <class Element, int D, int Stages>
+static cudaError_t launch_rows(const KvcacheParams& p, cudaStream_t stream) {
+  switch (warps_m(p.group_size() * p.seqlen_q)) {
+    case 1: return launch_cfg<DecodeConfig<Element, D, 1, Stages>>(p, stream);
+    case 2: return launch_cfg<DecodeConfig<Element, D, 2, Stages>>(p, stream);
+    default: return launch_cfg<DecodeConfig<Element, D, 4, Stages>>(p, stream);
+  }
+}
+
+// Opt-in shared memory a CTA may have on the current device.
+inline int smem_optin() {
+  int dev = 0, bytes = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+    return 0;
+  return bytes;
+}
+
 template <class Element, int D>
 cudaError_t launch_decode(const KvcacheParams& p, cudaStream_t stream) {
-  switch (warps_m(p.group_size() * p.seqlen_q)) {
-    case 1: return launch_cfg<DecodeConfig<Element, D, 1>>(p, stream);
-    case 2: return launch_cfg<DecodeConfig<Element, D, 2>>(p, stream);
-    default: return launch_cfg<DecodeConfig<Element, D, 4>>(p, stream);
+  if constexpr (D == 256) {
+    // A third 64 KB stage where it fits: one CTA an SM, so the stages are all
+    // the loads it has in flight.
+    if (smem_optin() >= DecodeConfig<Element, D, 4, 3>::kSmem)
+      return launch_rows<Element, D, 3>(p, stream);
   }
+  return launch_rows<Element, D, DecodeConfig<Element, D, 1>::kStages>(p, stream);
 }
 
 }  // namespace jax_flash::cuda::decode
