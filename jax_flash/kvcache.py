@@ -24,6 +24,7 @@ KVCACHE_TARGET = "jax_flash_kvcache_fwd"
 KVCACHE_APPEND_TARGET = "jax_flash_kvcache_append_fwd"
 
 _NEW_KV, _PAGE_TABLE, _ALIBI = 1, 2, 4  # the optional_inputs bits (cpp/ffi/kvcache_common.h)
+_FORCE_XLA = False  # tests set it to check kvcache_xla against the kernels
 KEY_BLOCK = 64  # keys per pipeline stage of the CUDA kernel (cpp/cuda/decode/decode_kernel.cuh)
 
 
@@ -257,9 +258,99 @@ def kvcache_call(q, k_cache, v_cache, cache_seqlens, extras, bits, *, scale, mas
 
         return run
 
+    def unfused(q, k_cache, v_cache, cache_seqlens, *extras):
+        return kvcache_xla(q, k_cache, v_cache, cache_seqlens, list(extras), bits, scale=scale,
+                           mask=mask, query_offset=query_offset)
+
     # The CPU kernel picks its own splits (host scratch); CUDA's are sized here.
+    # Where no CUDA decode kernel serves the dtype / head dim (float32, head
+    # dims other than 64/128/256, or left out of the build), the CUDA lowering
+    # runs the same function in plain XLA.
+    if _FORCE_XLA:  # tests: the fallback on every platform
+        return unfused(q, k_cache, v_cache, cache_seqlens, *extras)
+    cuda = call(gpu_splits) if cuda_kernel_serves(q.dtype, d) else unfused
     return jax.lax.platform_dependent(q, k_cache, v_cache, cache_seqlens, *extras,
-                                      cpu=call(1), default=call(gpu_splits))
+                                      cpu=call(1), default=cuda)
+
+
+def cuda_kernel_serves(dtype, head_dim: int) -> bool:
+    """Whether this build has a CUDA decode kernel for the dtype and head dim."""
+    names = {jnp.dtype(jnp.bfloat16): "bfloat16", jnp.dtype(jnp.float16): "float16"}
+    return (names.get(jnp.dtype(dtype)) in _ffi.cuda_dtypes()
+            and head_dim in _ffi.cuda_kvcache_head_dims())
+
+
+def kvcache_xla(q, k_cache, v_cache, cache_seqlens, extras, bits, *, scale, mask, query_offset=0):
+    """attention_with_kvcache in plain jnp (same semantics as the kernels):
+    the CUDA fallback for what no decode kernel serves, and a reference."""
+    batch, sq, hq, d = _shape(q)
+    hkv = int(k_cache.shape[2])
+    ex = iter(extras)
+    kn = vn = pt = alibi = qoffs = None
+    if bits & _NEW_KV:
+        kn, vn = next(ex), next(ex)
+    if bits & _PAGE_TABLE:
+        pt = next(ex)
+    if bits & _ALIBI:
+        alibi = next(ex)
+    if bits & _QUERY_OFFSETS:
+        qoffs = next(ex)
+    rows = int(k_cache.shape[1])
+    cap = rows * int(pt.shape[1]) if pt is not None else rows
+    raw = jnp.maximum(cache_seqlens, 0) + (sq if kn is not None else 0)
+    length = jnp.minimum(raw, cap)
+    bidx = jnp.arange(batch)[:, None]
+
+    def slot(pos):  # cache index of positions [B, n]: (slab, row, valid)
+        if pt is None:
+            return jnp.broadcast_to(bidx, pos.shape), pos, pos < cap
+        page = jnp.take_along_axis(pt, jnp.clip(pos // rows, 0, pt.shape[1] - 1), axis=1)
+        ok = (pos < cap) & (page >= 0) & (page < k_cache.shape[0])
+        return page, pos % rows, ok
+
+    if kn is not None:
+        slab, row, ok = slot(raw[:, None] - sq + jnp.arange(sq))
+        slab = jnp.where(ok, slab, k_cache.shape[0])  # out of range: dropped
+        k_cache = k_cache.at[slab, row].set(kn, mode="drop")
+        v_cache = v_cache.at[slab, row].set(vn, mode="drop")
+    j = jnp.arange(cap)
+    slab, row, ok = slot(jnp.broadcast_to(j, (batch, cap)))
+    slab = jnp.clip(slab, 0, k_cache.shape[0] - 1)
+    kd, vd = k_cache[slab, row], v_cache[slab, row]  # [B, cap, hkv, d]
+    if bits & _POSITIONS:
+        pos0 = query_offset + (qoffs if qoffs is not None else 0) + jnp.zeros((batch,), jnp.int32)
+    else:
+        pos0 = raw - sq
+    qpos = pos0[:, None] + jnp.arange(sq)  # [B, sq]
+    vis = ok[:, None, :] & (j[None, None, :] < length[:, None, None])
+    if mask.causal:
+        vis &= j[None, None, :] <= qpos[:, :, None]
+    if mask.window_left >= 0:
+        vis &= j[None, None, :] >= qpos[:, :, None] - mask.window_left
+    if mask.window_right >= 0:
+        vis &= j[None, None, :] <= qpos[:, :, None] + mask.window_right
+    g = hq // hkv
+    qg = q.reshape(batch, sq, hkv, g, d).astype(jnp.float32)
+    s = jnp.einsum("bqhgd,bkhd->bhgqk", qg, kd.astype(jnp.float32)) * scale
+    if mask.softcap:
+        s = mask.softcap * jnp.tanh(s / mask.softcap)
+    if alibi is not None:
+        slopes = jnp.broadcast_to(alibi, (batch, hq)).reshape(batch, hkv, g)
+        dist = jnp.abs(qpos[:, :, None] - j[None, None, :]).astype(jnp.float32)  # [B, sq, cap]
+        s = s - slopes[:, :, :, None, None] * dist[:, None, None]
+    s = jnp.where(vis[:, None, None], s, -jnp.inf)
+    m = jnp.max(s, axis=-1, keepdims=True)
+    m_safe = jnp.where(jnp.isfinite(m), m, 0.0)
+    e = jnp.exp(s - m_safe)
+    tot = jnp.sum(e, axis=-1, keepdims=True)
+    pr = e / jnp.where(tot > 0, tot, 1.0)
+    o = jnp.einsum("bhgqk,bkhd->bqhgd", pr, vd.astype(jnp.float32)).reshape(batch, sq, hq, d)
+    lse = jnp.where(tot[..., 0] > 0, m_safe[..., 0] + jnp.log(tot[..., 0]), -jnp.inf)
+    lse = lse.reshape(batch, hq, sq)
+    out = (o.astype(q.dtype), lse)
+    if kn is not None:
+        out += (k_cache, v_cache)
+    return out
 
 
 # ---------------------------------------------------------------------------

@@ -278,3 +278,36 @@ def test_bench_decode_runs_on_cpu(tmp_path):
     recs = json.loads((tmp_path / "d.json").read_text())
     assert {r["impl"] for r in recs} == {"jax_flash", "jax_flash_paged16", "jax_flash_paged256", "xla"}
     assert all(r["gbps"] > 0 for r in recs)
+
+
+@pytest.mark.parametrize("paged", [False, True])
+@pytest.mark.parametrize("opts", [dict(), dict(local_window_size=(6, 1), logits_soft_cap=2.0),
+                                  dict(alibi_slopes=True, causal=False)])
+def test_xla_fallback_matches_reference(monkeypatch, paged, opts):
+    """kvcache_xla (what CUDA runs for float32 or head dims without a decode
+    kernel) has the kernels' semantics, appends and bad pages included."""
+    import jax_flash.kvcache as kv
+
+    b, sq, hq, hkv, d, ps = 2, 3, 4, 2, 16, 16
+    rng, q, kc, vc, kn, vn = _inputs(15, b, sq, hq, hkv, d, 4 * ps, jnp.float32, append=True)
+    lens = jnp.asarray([0, 4 * ps - sq], jnp.int32)
+    kw = dict(opts)
+    if kw.pop("alibi_slopes", None):
+        kw["alibi_slopes"] = jnp.asarray(rng.uniform(0.1, 0.4, hq), jnp.float32)
+    if paged:
+        kp, pt = to_paged(np.asarray(kc), ps, rng)
+        vp = kp * 0.5 - 1.0
+        pt = pt.copy()
+        pt[1, 0] = 99
+        kc, vc = jnp.asarray(kp), jnp.asarray(vp)
+        kw["page_table"] = jnp.asarray(pt)
+    want = jax_flash.attention_with_kvcache(q, kc, vc, lens, k=kn, v=vn, return_lse=True, **kw)
+    monkeypatch.setattr(kv, "_FORCE_XLA", True)
+    got = jax.jit(lambda *a: jax_flash.attention_with_kvcache(
+        *a, k=kn, v=vn, return_lse=True, **kw))(q, kc, vc, lens)
+    (o, lse), k2, v2 = got
+    (wo, wlse), wk, wv = want
+    np.testing.assert_allclose(np.asarray(o), np.asarray(wo), atol=2e-5)
+    np.testing.assert_allclose(np.asarray(lse), np.asarray(wlse), atol=2e-5)
+    np.testing.assert_array_equal(np.asarray(k2), np.asarray(wk))
+    np.testing.assert_array_equal(np.asarray(v2), np.asarray(wv))
