@@ -102,6 +102,40 @@ def run(shapes, dtype, impls, reps_s, page_sizes):
     return records
 
 
+def split_sweep(shapes, dtype, splits, reps_s):
+    """jax_flash contiguous at forced split counts (JAX_FLASH_DECODE_SPLITS is
+    read when tracing): where the automatic choice sits against the others."""
+    import os
+
+    from jax_flash.kvcache import num_splits
+
+    records = []
+    for (b, sq, sk, hq, hkv, d) in shapes:
+        k1, k2, k3 = jax.random.split(jax.random.key(sk + d), 3)
+        q = jax.random.normal(k1, (b, sq, hq, d), dtype)
+        kc = jax.random.normal(k2, (b, sk, hkv, d), dtype)
+        vc = jax.random.normal(k3, (b, sk, hkv, d), dtype)
+        lens = jnp.full((b,), sk, jnp.int32)
+        kv_bytes = 2 * b * sk * hkv * d * jnp.dtype(dtype).itemsize
+        auto = num_splits(b, sq, hq, hkv, d, sk, getattr(jax.devices()[0], "core_count", 132) or 132)
+        cells = []
+        for n in sorted(set(splits) | {auto}):
+            os.environ["JAX_FLASH_DECODE_SPLITS"] = str(n)
+            try:
+                fn = jax.jit(lambda q, kc, vc, lens: jax_flash.attention_with_kvcache(
+                    q, kc, vc, lens, causal=False))
+                t = time_fn(fn, q, kc, vc, lens, target_s=reps_s)
+            finally:
+                del os.environ["JAX_FLASH_DECODE_SPLITS"]
+            gbps = kv_bytes / t / 1e9
+            records.append(dict(impl="jax_flash", sweep="splits", splits=n, auto=n == auto, batch=b,
+                                seqlen_q=sq, seqlen_k=sk, heads=hq, heads_kv=hkv, head_dim=d,
+                                dtype=jnp.dtype(dtype).name, ms=t * 1e3, gbps=gbps))
+            cells.append(f"{n}{'*' if n == auto else ''}:{gbps:.0f}")
+        print(f"splits b={b} sq={sq} sk={sk} h={hq}:{hkv} d={d}  GB/s " + " ".join(cells), flush=True)
+    return records
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", help="write JSON records here")
@@ -109,6 +143,8 @@ def main(argv=None):
     ap.add_argument("--impls", default="jax_flash,jax_flash_paged,jax_flash_attention,cudnn,xla")
     ap.add_argument("--shapes", default="all", help="'all', 'quick', or indices into SHAPES (0,1,..)")
     ap.add_argument("--time", type=float, default=0.3, help="seconds of timing per measurement")
+    ap.add_argument("--split-sweep", default="",
+                    help="comma-separated SHAPES indices: also time forced split counts there")
     args = ap.parse_args(argv)
     on_gpu = jax.devices()[0].platform == "gpu"
     if args.shapes == "all":
@@ -128,6 +164,9 @@ def main(argv=None):
         if not on_gpu:
             dtype = jnp.dtype(jnp.float32)
         records += run(shapes, dtype, impls, args.time, PAGE_SIZES)
+        if args.split_sweep and on_gpu:
+            sweep = [SHAPES[int(i)] for i in args.split_sweep.split(",")]
+            records += split_sweep(sweep, dtype, (1, 2, 4, 8, 16, 32, 64), args.time)
     if args.out:
         with open(args.out, "w") as f:
             json.dump(records, f, indent=1)

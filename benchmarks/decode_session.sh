@@ -2,7 +2,7 @@
 # One device call for the split-KV decode kernels: build (training kernels of
 # one head dim only, decode kernels for 64/128/256), GPU tests, memcheck of the
 # paged / bad-page tests, and bench_decode. Logs and JSON under $OUT.
-#   DTYPES="bf16;fp16" bash benchmarks/decode_session.sh [build] [test] [bench] [sanitize]
+#   DTYPES="bf16;fp16" bash benchmarks/decode_session.sh [build] [test] [bench] [generate] [ncu] [sanitize]
 set -uo pipefail
 OUT=${OUT:-/tmp/jf_out}
 mkdir -p "$OUT"
@@ -38,8 +38,24 @@ for stage in $stages; do
       ;;
     bench)
       timeout ${BENCH_TIMEOUT:-200} python3 -P benchmarks/bench_decode.py \
-        --dtypes "${BENCH_DTYPES:-bfloat16}" --time ${BENCH_TIME:-0.2} --out "$OUT/h100_decode.json" 2>&1 \
+        --dtypes "${BENCH_DTYPES:-bfloat16}" --time ${BENCH_TIME:-0.2} \
+        ${SPLIT_SWEEP:+--split-sweep $SPLIT_SWEEP} --out "$OUT/h100_decode.json" 2>&1 \
         | tee "$OUT/bench_decode.log"
+      ;;
+    generate)
+      timeout ${GEN_TIMEOUT:-120} python3 -P benchmarks/bench_generate.py --out "$OUT/h100_generate.json" 2>&1 \
+        | tee "$OUT/bench_generate.log"
+      ;;
+    ncu)  # one profiled launch of the split kernel per shape (SHAPES indices)
+      for i in ${NCU_SHAPES:-0 8}; do
+        timeout 90 ncu --kernel-name regex:decode_kernel --launch-skip 2 --launch-count 1 \
+          --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
+          --section Occupancy --section LaunchStats python3 -P benchmarks/bench_decode.py --shapes $i \
+          --impls jax_flash --time 0.01 >"$OUT/ncu_shape$i.txt" 2>&1
+        echo "ncu shape $i rc=$?" | tee -a "$OUT/summary.txt"
+        grep -E "DRAM Throughput|Memory Throughput|Duration|Achieved Occupancy|Registers Per|Waves Per SM" \
+          "$OUT/ncu_shape$i.txt" | head -8
+      done
       ;;
   esac
 done

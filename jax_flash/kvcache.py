@@ -133,7 +133,13 @@ def num_splits(batch: int, seqlen_q: int, heads_q: int, heads_kv: int, head_dim:
                capacity: int, num_sms: int = 132) -> int:
     """Key splits per (batch, kv head, row block) for the CUDA kernel: the
     fewest that fill the SMs' CTA slots to >= 95% of the last wave (else the
-    best fill), each split keeping at least 4 key blocks (256 keys)."""
+    best fill), each split keeping at least 4 key blocks (256 keys).
+    JAX_FLASH_DECODE_SPLITS=n (read when tracing) forces n."""
+    import os
+
+    forced = os.environ.get("JAX_FLASH_DECODE_SPLITS")  # benchmarks' split sweeps
+    if forced:
+        return max(1, min(1024, int(forced)))
     rows = (heads_q // heads_kv) * seqlen_q
     wm = 1 if rows <= 16 else (2 if rows <= 32 else 4)
     base = batch * heads_kv * -(-rows // (16 * wm))

@@ -122,6 +122,8 @@ inline ffi::Error fill_kvcache(KvcacheParams& p, const ffi::AnyBuffer& q, const 
   }
   p.cache_rows = kd[1];
   if (kd[0] * kd[1] > INT32_MAX) return kv_err("the cache holds more than 2^31 rows");
+  if (p.paged() && p.pages_per_seq * p.cache_rows > INT32_MAX)
+    return kv_err("pages_per_sequence * page_size exceeds 2^31 positions");
   if (present & kKvcacheAlibi) {
     auto al = extra.get<ffi::AnyBuffer>(next++);
     if (al.has_error()) return al.error();

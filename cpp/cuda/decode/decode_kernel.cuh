@@ -154,7 +154,10 @@ __global__ void __launch_bounds__(128) decode_kernel(const KvcacheParams p) {
   }
 
   // This thread's two rows (lane / 4 and + 8 within the warp's 16).
-  int64_t kmin[2], kmax[2], pos[2];
+  // Visible keys [kmin, kmax] as int32 (positions < capacity < 2^31);
+  // pos stays int64 for the ALiBi distance.
+  int32_t kmin[2], kmax[2];
+  int64_t pos[2];
   float slope[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -162,8 +165,8 @@ __global__ void __launch_bounds__(128) decode_kernel(const KvcacheParams p) {
     const int g = gr / sq, i = gr % sq;
     pos[h] = pos0 + i;
     const int64_t f = p.first_key(pos[h]), l = p.last_key(pos[h]);
-    kmin[h] = f > 0 ? f : 0;
-    kmax[h] = l < L - 1 ? l : L - 1;
+    kmin[h] = int32_t(f > 0 ? (f < L ? f : L) : 0);
+    kmax[h] = int32_t(l < L - 1 ? (l > -1 ? l : -1) : L - 1);
     if (gr >= rows) kmax[h] = -1;  // padding row: sees nothing
     slope[h] = (p.alibi_slopes && gr < rows)
                    ? p.alibi_slopes[b * p.alibi_batch_stride + hk * G + g] * kLog2e
@@ -182,9 +185,18 @@ __global__ void __launch_bounds__(128) decode_kernel(const KvcacheParams p) {
   const uint32_t q_base = smem_addr(sQ);
   const int lrow = lane & 15, lchunk = lane >> 4;
 
+  // Q's A fragments stay in registers where they fit (d <= 128: 32 regs);
+  // d 256 reloads them from shared memory per 16-key slice.
+  constexpr bool kQInRegs = D <= 128;
+  uint32_t qf[kQInRegs ? D / 16 : 1][4];
   for (int64_t it = 0; it < n_blocks; ++it) {
     cp_async_wait<kStages - 2>();
     __syncthreads();
+    if (kQInRegs && it == 0) {
+#pragma unroll
+      for (int kk = 0; kk < (kQInRegs ? D / 16 : 0); ++kk)
+        ldmatrix_x4(qf[kk], q_base + 2 * swz<D>(wm * 16 + lrow, 2 * kk + lchunk));
+    }
     const int64_t nxt = it + kStages - 1;
     if (nxt < n_blocks) load_block(int(nxt % kStages), blk_begin + nxt);
     cp_async_commit();
@@ -199,11 +211,17 @@ __global__ void __launch_bounds__(128) decode_kernel(const KvcacheParams p) {
       float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
-        uint32_t a[4], bk[4];
-        ldmatrix_x4(a, q_base + 2 * swz<D>(wm * 16 + lrow, 2 * kk + lchunk));
+        uint32_t bk[4];
         ldmatrix_x4(bk, k_base + 2 * swz<D>(sb * 16 + lrow, 2 * kk + lchunk));
-        mma_16816<Element>(s[0], a, bk[0], bk[2]);
-        mma_16816<Element>(s[1], a, bk[1], bk[3]);
+        if constexpr (kQInRegs) {
+          mma_16816<Element>(s[0], qf[kk], bk[0], bk[2]);
+          mma_16816<Element>(s[1], qf[kk], bk[1], bk[3]);
+        } else {
+          uint32_t a[4];
+          ldmatrix_x4(a, q_base + 2 * swz<D>(wm * 16 + lrow, 2 * kk + lchunk));
+          mma_16816<Element>(s[0], a, bk[0], bk[2]);
+          mma_16816<Element>(s[1], a, bk[1], bk[3]);
+        }
       }
       // Logits in log2 units, masked to -inf.
 #pragma unroll
@@ -212,10 +230,10 @@ __global__ void __launch_bounds__(128) decode_kernel(const KvcacheParams p) {
         for (int e = 0; e < 4; ++e) {
           const int h = e >> 1;
           const int col = sb * 16 + t * 8 + 2 * (lane & 3) + (e & 1);
-          const int64_t j = j0 + col;
+          const int32_t j = int32_t(j0) + col;
           float x = s[t][e];
           x = softcap ? cap_out * tanhf(x * cap_in) : x * scale_log2;
-          if (slope[h] != 0.f) x -= slope[h] * float(pos[h] > j ? pos[h] - j : j - pos[h]);
+          if (slope[h] != 0.f) x -= slope[h] * float(pos[h] > j ? pos[h] - j : int64_t(j) - pos[h]);
           const bool vis = sFlag[stage * kBlockN + col] && j >= kmin[h] && j <= kmax[h];
           s[t][e] = vis ? x : kNegInf;
         }
