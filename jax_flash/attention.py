@@ -304,10 +304,10 @@ def _fwd_call_x(q, k, v, extras, scale: float, mask):
     # Batch/head sharding under jit: see jax_flash/partitioning.py.
     from jax_flash import kvcache as _kvcache  # (imports this module)
 
-    if _kvcache.decode_route_applies(q, k, mask, extras):
+    if _kvcache.decode_route_applies(q, k, Mask.of(mask), extras):
         # Decode shapes: the split-KV kernel on CUDA (forward only).
         return _kvcache.decode_route_fwd(
-            q, k, v, extras, scale, mask,
+            q, k, v, extras, scale, Mask.of(mask),
             lambda q, k, v: _partitioning.fwd(q, k, v, scale, mask, extras))
     return _partitioning.fwd(q, k, v, scale, mask, extras)
 
