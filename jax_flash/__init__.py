@@ -3,6 +3,7 @@
 from jax_flash._ffi import compiled_platforms, cpu_isa, cuda_archs
 from jax_flash.attention import attention, segment_ranges
 from jax_flash.dropout import dropout_mask
+from jax_flash.kvcache import attention_with_kvcache
 from jax_flash.reference import attention_reference
 from jax_flash.ring import ring_attention, zigzag_permute, zigzag_unpermute
 
@@ -10,6 +11,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "attention",
+    "attention_with_kvcache",
     "attention_reference",
     "compiled_platforms",
     "cpu_isa",

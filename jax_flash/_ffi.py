@@ -55,6 +55,14 @@ def cuda_head_dims(variants: bool = False) -> tuple[int, ...]:
     return tuple(_jax_flash.cuda_head_dims(bool(variants)))
 
 
+def cuda_kvcache_head_dims() -> tuple[int, ...]:
+    """Head dims of the compiled CUDA decode kernels (attention_with_kvcache);
+    empty for a CPU-only build."""
+    if _jax_flash.cuda_archs is None:
+        return ()
+    return tuple(_jax_flash.cuda_kvcache_head_dims())
+
+
 def cuda_dtypes() -> tuple[str, ...]:
     """The 16-bit dtypes ("bfloat16", "float16") with compiled CUDA kernels;
     JAX_FLASH_CUDA_DTYPES can leave one out. Empty for a CPU-only build."""

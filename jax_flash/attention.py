@@ -328,6 +328,13 @@ def _no_higher_order(*_args, **_kwargs):
 @functools.partial(jax.custom_jvp, nondiff_argnums=(4, 5))
 def _fwd_call_x(q, k, v, extras, scale: float, mask):
     # Batch/head sharding under jit: see jax_flash/partitioning.py.
+    from jax_flash import kvcache as _kvcache  # (imports this module)
+
+    if _kvcache.decode_route_applies(q, k, Mask.of(mask), extras):
+        # Decode shapes: the split-KV kernel on CUDA (forward only).
+        return _kvcache.decode_route_fwd(
+            q, k, v, extras, scale, Mask.of(mask),
+            lambda q, k, v: _partitioning.fwd(q, k, v, scale, mask, extras))
     return _partitioning.fwd(q, k, v, scale, mask, extras)
 
 

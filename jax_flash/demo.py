@@ -174,6 +174,7 @@ class RunResult:
     compile_s: float
     wall_s: float
     step_ms: float = 0.0  # mean step time after the first (compiling) step
+    model: object = None  # the trained DecoderLM (for the generation report)
 
 
 def compute_dtype(args, device):
@@ -256,7 +257,8 @@ def train(args, corpus: Corpus, impl: str, device, stream=None) -> RunResult:
         val = float(np.mean([float(eval_loss(params, x, y)) for x, y in vb]))
     tail = losses[-min(len(losses), 20):]
     step_ms = 1e3 * (train_s - compile_s) / (args.steps - 1) if args.steps > 1 else 0.0
-    return RunResult(impl, losses, val, float(np.mean(tail)), tps, compile_s, train_s, step_ms)
+    return RunResult(impl, losses, val, float(np.mean(tail)), tps, compile_s, train_s, step_ms,
+                     nnx.merge(graphdef, params))
 
 
 def save_plot(results: list[RunResult], path: str, stream) -> str | None:
@@ -314,6 +316,8 @@ def parse_args(argv=None):
     p.add_argument("--no-plot", action="store_true", help="do not save the plot")
     p.add_argument("--no-reference", action="store_true",
                    help="skip the jax.nn.dot_product_attention run (and the comparison)")
+    p.add_argument("--generate", type=int, default=64,
+                   help="bytes to generate with the KV cache at the end (default 64; 0: skip)")
     args = p.parse_args(argv)
     for name in ("steps", "batch", "seq_len", "d_model", "layers", "heads", "kv_heads", "val_batches"):
         if getattr(args, name) < 1:
@@ -384,6 +388,11 @@ def main(argv=None, stream=None) -> int:
     if len(results) == 2:
         verdict = "OK" if ok else "MISMATCH"
         print(f"jax_flash vs jax.nn: {verdict} (tolerance |diff| <= {args.tol:g})", file=stream)
+    if args.generate:
+        from jax_flash.demo_generate import generation_report
+
+        with jax.default_device(device):
+            generation_report(results, corpus, stream, new_tokens=args.generate)
     if not args.no_plot:
         path = save_plot(results, args.plot, stream)
         if path:

@@ -9,6 +9,7 @@
 
 #include "cpu/attention_cpu.h"
 #include "ffi/common.h"
+#include "ffi/cpu_executor.h"
 #include "ffi/handlers.h"
 
 namespace jax_flash::ffi_glue {
@@ -98,6 +99,9 @@ ffi::Error BwdCpu(ffi::ThreadPool pool, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi:
 }
 
 }  // namespace
+
+cpu::Executor cpu_executor(ffi::ThreadPool& pool) { return make_executor(pool); }
+
 }  // namespace jax_flash::ffi_glue
 
 namespace ffi = xla::ffi;

@@ -10,6 +10,7 @@
 
 #include <string>
 
+#include "cuda/decode/decode_launch.h"
 #include "cuda/launch.h"
 #endif
 
@@ -33,10 +34,14 @@ NB_MODULE(_jax_flash, m) {
     nb::dict cpu, cuda, out;
     cpu["jax_flash_fwd"] = capsule(jax_flash_fwd_cpu);
     cpu["jax_flash_bwd"] = capsule(jax_flash_bwd_cpu);
+    cpu["jax_flash_kvcache_fwd"] = capsule(jax_flash_kvcache_fwd_cpu);
+    cpu["jax_flash_kvcache_append_fwd"] = capsule(jax_flash_kvcache_append_fwd_cpu);
     out["cpu"] = cpu;
 #ifdef JAX_FLASH_WITH_CUDA
     cuda["jax_flash_fwd"] = capsule(jax_flash_fwd_cuda);
     cuda["jax_flash_bwd"] = capsule(jax_flash_bwd_cuda);
+    cuda["jax_flash_kvcache_fwd"] = capsule(jax_flash_kvcache_fwd_cuda);
+    cuda["jax_flash_kvcache_append_fwd"] = capsule(jax_flash_kvcache_append_fwd_cuda);
     out["CUDA"] = cuda;
 #endif
     return out;
@@ -47,6 +52,8 @@ NB_MODULE(_jax_flash, m) {
   // Head dims of the compiled CUDA kernels (plain, variants): the Python side
   // sizes the backward's workspace by the head dim that will run.
   m.def("cuda_head_dims", [](bool variants) { return jax_flash::cuda::head_dims(variants); });
+  // Head dims of the split-KV decode kernels (attention_with_kvcache).
+  m.def("cuda_kvcache_head_dims", []() { return jax_flash::cuda::kvcache_head_dims(); });
   // The 16-bit dtypes with compiled CUDA kernels (JAX_FLASH_CUDA_DTYPES).
   m.def("cuda_dtypes", []() {
     std::vector<std::string> out;

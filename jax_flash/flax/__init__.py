@@ -18,7 +18,11 @@
   opt in to the unfused fallback with ``make_attention_fn(fallback=True)``, which
   then runs flax's own ``dot_product_attention`` for those calls only.
 * :class:`MultiHeadAttention`, :class:`TransformerBlock`, :class:`DecoderLM` --
-  small NNX modules built directly on ``jax_flash.attention`` (GQA, causal, RoPE).
+  small NNX modules built directly on ``jax_flash.attention`` (GQA, causal, RoPE),
+  with a KV cache (:class:`KVCache`, contiguous or paged) for decoding:
+  ``DecoderLM.generate(prompt_tokens, max_new_tokens)`` prefills the prompt with
+  the regular kernel, then decodes token by token with
+  ``jax_flash.attention_with_kvcache``.
 
 Requires flax (``pip install jax_flash[flax]``); ``import jax_flash`` itself does
 not import flax.
@@ -28,7 +32,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -46,6 +50,7 @@ except ImportError as e:  # pragma: no cover - exercised only without flax
 __all__ = [
     "ATTENTION_IMPLS",
     "DecoderLM",
+    "KVCache",
     "MultiHeadAttention",
     "TransformerBlock",
     "UnsupportedAttentionArgument",
@@ -370,6 +375,76 @@ def _positions(positions, length):
 default_kernel_init = nnx.initializers.lecun_normal()
 
 
+class KVCache(NamedTuple):
+    """One attention layer's key/value cache (a pytree; pass it through jit).
+
+    k, v: contiguous [batch, max_len, num_kv_heads, head_dim], or paged
+    [num_pages, page_size, num_kv_heads, head_dim] with page_table int32
+    [batch, pages_per_sequence] (see jax_flash.attention_with_kvcache);
+    lengths: int32 [batch], the tokens already cached.
+    """
+
+    k: Any
+    v: Any
+    lengths: Any
+    page_table: Any = None
+
+    @staticmethod
+    def create(batch: int, max_len: int, num_kv_heads: int, head_dim: int, dtype,
+               page_size: int | None = None) -> "KVCache":
+        lengths = jnp.zeros((batch,), jnp.int32)
+        if page_size is None:
+            shape = (batch, max_len, num_kv_heads, head_dim)
+            return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype), lengths)
+        if page_size < 1:
+            raise ValueError(f"page_size must be >= 1, got {page_size}")
+        per_seq = -(-max_len // page_size)
+        n = batch * per_seq
+        # Pages handed out last to first: any layout works, this one is not the identity.
+        table = (n - 1 - jnp.arange(n, dtype=jnp.int32)).reshape(batch, per_seq)
+        shape = (n, page_size, num_kv_heads, head_dim)
+        return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype), lengths, table)
+
+    def write(self, k, v) -> "KVCache":
+        """k, v [batch, n, num_kv_heads, head_dim] stored at positions lengths + i
+        (rows past the capacity are dropped); lengths advance by n."""
+        b, n = k.shape[0], k.shape[1]
+        pos = self.lengths[:, None] + jnp.arange(n, dtype=jnp.int32)
+        if self.page_table is None:
+            slab, row = jnp.broadcast_to(jnp.arange(b)[:, None], pos.shape), pos
+        else:
+            ps = self.k.shape[1]
+            col = jnp.clip(pos // ps, 0, self.page_table.shape[1] - 1)
+            slab = jnp.where(pos // ps < self.page_table.shape[1],
+                             jnp.take_along_axis(self.page_table, col, axis=1), self.k.shape[0])
+            row = pos % ps
+        kc = self.k.at[slab, row].set(k.astype(self.k.dtype), mode="drop")
+        vc = self.v.at[slab, row].set(v.astype(self.v.dtype), mode="drop")
+        return KVCache(kc, vc, self.lengths + n, self.page_table)
+
+
+def _attend_cached(q, k, v, cache: KVCache, impl: str):
+    """Attention of new tokens (q, k, v) against the cache plus themselves,
+    bottom-right causal; returns (o, updated cache)."""
+    sq = q.shape[1]
+    if impl == "jax_flash":
+        o, kc, vc = jax_flash.attention_with_kvcache(
+            q, cache.k, cache.v, cache.lengths, k=k, v=v, page_table=cache.page_table, causal=True)
+        return o, KVCache(kc, vc, cache.lengths + sq, cache.page_table)
+    if impl != "jax.nn":
+        raise ValueError(f"attention_impl must be one of {ATTENTION_IMPLS}, got {impl!r}")
+    if cache.page_table is not None:
+        raise ValueError("attention_impl='jax.nn' supports contiguous caches only (page_size=None)")
+    new = cache.write(k, v)
+    if sq == 1:
+        o = jax.nn.dot_product_attention(q, new.k, new.v, key_value_seq_lengths=new.lengths)
+    else:
+        last = cache.lengths[:, None] + jnp.arange(sq)  # each query's position
+        mask = jnp.arange(new.k.shape[1])[None, None, :] <= last[:, :, None]
+        o = jax.nn.dot_product_attention(q, new.k, new.v, mask=mask[:, None])
+    return o, new
+
+
 class MultiHeadAttention(nnx.Module):
     """Multi-head (grouped-query) attention on jax_flash.
 
@@ -413,7 +488,7 @@ class MultiHeadAttention(nnx.Module):
             raise ValueError(f"attention_impl must be one of {ATTENTION_IMPLS}, got {attention_impl!r}")
         self.num_heads, self.num_kv_heads = num_heads, num_kv_heads
         self.causal, self.rope, self.rope_base = bool(causal), bool(rope), float(rope_base)
-        self.dtype, self.attention_impl = dtype, attention_impl
+        self.dtype, self.param_dtype, self.attention_impl = dtype, param_dtype, attention_impl
         self.deterministic_grads = bool(deterministic_grads)
         lin = functools.partial(
             nnx.LinearGeneral, use_bias=use_bias, dtype=dtype, param_dtype=param_dtype,
@@ -424,9 +499,27 @@ class MultiHeadAttention(nnx.Module):
         self.value = lin(in_kv_features, (num_kv_heads, self.head_dim))
         self.out = lin((num_heads, self.head_dim), out_features, axis=(-2, -1))
 
-    def __call__(self, inputs_q, inputs_kv=None, *, positions=None):
+    def init_cache(self, batch: int, max_len: int, *, page_size: int | None = None,
+                   dtype: Any = None) -> KVCache:
+        """An empty KV cache for decoding (contiguous, or paged with page_size)."""
+        dt = dtype or self.dtype or self.param_dtype
+        return KVCache.create(batch, max_len, self.num_kv_heads, self.head_dim, dt, page_size)
+
+    def __call__(self, inputs_q, inputs_kv=None, *, positions=None, cache: KVCache | None = None,
+                 prefill: bool = False):
+        """Without `cache`: attention over inputs. With a KVCache (decode mode,
+        causal self-attention, inputs [batch, n, features]): the n new tokens
+        sit at positions cache.lengths + i (RoPE included); `prefill=True`
+        runs the regular kernel over them alone (a prompt into an empty cache),
+        otherwise jax_flash.attention_with_kvcache attends the cache too.
+        Returns (out, updated cache)."""
         if positions is not None and inputs_kv is not None:
             raise ValueError("positions is only supported for self-attention (inputs_kv=None)")
+        if cache is not None:
+            if inputs_kv is not None or not self.causal:
+                raise ValueError("a KV cache needs causal self-attention (inputs_kv=None)")
+            if positions is None:
+                positions = cache.lengths[:, None] + jnp.arange(inputs_q.shape[-2])
         kv = inputs_q if inputs_kv is None else inputs_kv
         q, k, v = self.query(inputs_q), self.key(kv), self.value(kv)
         if self.rope:
@@ -434,9 +527,15 @@ class MultiHeadAttention(nnx.Module):
             k = apply_rope(k, _positions(positions, k.shape[-3]), self.rope_base)
         dt = self.dtype or jnp.result_type(q, k, v)
         q, k, v = (x.astype(dt) for x in (q, k, v))
-        o = _attend(q, k, v, causal=self.causal, impl=self.attention_impl,
-                    deterministic_grads=self.deterministic_grads)
-        return self.out(o)
+        if cache is None:
+            o = _attend(q, k, v, causal=self.causal, impl=self.attention_impl,
+                        deterministic_grads=self.deterministic_grads)
+            return self.out(o)
+        if prefill:
+            o = _attend(q, k, v, causal=True, impl=self.attention_impl)
+            return self.out(o), cache.write(k, v)
+        o, cache = _attend_cached(q, k, v, cache, self.attention_impl)
+        return self.out(o), cache
 
 
 class MLP(nnx.Module):
@@ -478,9 +577,14 @@ class TransformerBlock(nnx.Module):
         self.ln2 = norm()
         self.mlp = MLP(d_model, mlp_dim or 4 * d_model, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
 
-    def __call__(self, x, *, positions=None):
-        x = x + self.attn(self.ln1(x), positions=positions)
-        return x + self.mlp(self.ln2(x))
+    def __call__(self, x, *, positions=None, cache: KVCache | None = None, prefill: bool = False):
+        """x -> x, or with a KV cache (see MultiHeadAttention) (x, cache)."""
+        if cache is None:
+            x = x + self.attn(self.ln1(x), positions=positions)
+            return x + self.mlp(self.ln2(x))
+        a, cache = self.attn(self.ln1(x), positions=positions, cache=cache, prefill=prefill)
+        x = x + a
+        return x + self.mlp(self.ln2(x)), cache
 
 
 class DecoderLM(nnx.Module):
@@ -518,8 +622,89 @@ class DecoderLM(nnx.Module):
         ])
         self.ln_f = nnx.LayerNorm(d_model, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
 
-    def __call__(self, tokens, *, positions=None):
+    def init_cache(self, batch: int, max_len: int, *, page_size: int | None = None,
+                   dtype: Any = None) -> list[KVCache]:
+        """Empty per-layer KV caches holding up to max_len tokens a sequence."""
+        return [blk.attn.init_cache(batch, max_len, page_size=page_size, dtype=dtype)
+                for blk in self.blocks]
+
+    def __call__(self, tokens, *, positions=None, cache: list[KVCache] | None = None,
+                 prefill: bool = False):
+        """Logits [batch..., seq, vocab]; with per-layer caches (init_cache),
+        tokens [batch, n] are appended at the caches' lengths and
+        (logits, caches) is returned (prefill=True: the regular kernel over
+        a prompt into empty caches)."""
         x = self.embed(tokens)
-        for block in self.blocks:
-            x = block(x, positions=positions)
-        return self.embed.attend(self.ln_f(x)).astype(jnp.float32)
+        if cache is None:
+            for block in self.blocks:
+                x = block(x, positions=positions)
+            return self.embed.attend(self.ln_f(x)).astype(jnp.float32)
+        if len(cache) != len(self.blocks):
+            raise ValueError(f"cache has {len(cache)} layers, the model {len(self.blocks)}")
+        new = []
+        for block, c in zip(self.blocks, cache):
+            x, c = block(x, positions=positions, cache=c, prefill=prefill)
+            new.append(c)
+        return self.embed.attend(self.ln_f(x)).astype(jnp.float32), new
+
+    def generate(self, prompt_tokens, max_new_tokens: int, *, temperature: float = 0.0,
+                 rng=None, page_size: int | None = None):
+        """Autoregressive sampling: int32 [batch, prompt_len + max_new_tokens].
+
+        The prompt is prefilled with the regular kernel (causal), then each new
+        token is decoded against the KV cache (jax_flash.attention_with_kvcache
+        for attention_impl="jax_flash"). temperature 0 is greedy; otherwise
+        tokens are drawn from softmax(logits / temperature) with `rng` (a JAX
+        PRNG key). page_size: use a paged cache instead of a contiguous one.
+        The whole loop is one jitted computation.
+        """
+        prompt = jnp.asarray(prompt_tokens)
+        if prompt.ndim != 2 or not jnp.issubdtype(prompt.dtype, jnp.integer):
+            raise ValueError("prompt_tokens must be an integer array [batch, prompt_len], got "
+                             f"shape {tuple(prompt.shape)} and dtype {prompt.dtype}")
+        if prompt.shape[1] < 1:
+            raise ValueError("prompt_tokens needs at least one token a sequence")
+        n = int(max_new_tokens)
+        if n < 0:
+            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+        temperature = float(temperature)
+        if not temperature >= 0.0:
+            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        if temperature > 0.0 and rng is None:
+            raise ValueError("temperature > 0 samples tokens: pass rng (e.g. jax.random.key(0))")
+        prompt = prompt.astype(jnp.int32)
+        if n == 0:
+            return prompt
+        if rng is None:
+            rng = jax.random.key(0)
+        elif not jnp.issubdtype(rng.dtype, jax.dtypes.prng_key):
+            rng = jax.random.wrap_key_data(rng)
+        graphdef, state = nnx.split(self)
+        return _generate(graphdef, state, prompt, rng, max_new=n, temperature=temperature,
+                         page_size=page_size)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "max_new", "temperature", "page_size"))
+def _generate(graphdef, state, prompt, rng, *, max_new, temperature, page_size):
+    model = nnx.merge(graphdef, state)
+    b, p = prompt.shape
+    cache = model.init_cache(b, p + max_new, page_size=page_size)
+    logits, cache = model(prompt, cache=cache, prefill=True)
+    keys = jax.random.split(rng, max_new)
+
+    def pick(logits, key):
+        if temperature == 0.0:
+            return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+        return jax.random.categorical(key, logits / temperature, axis=-1).astype(jnp.int32)
+
+    tok = pick(logits[:, -1], keys[0])
+    out = jnp.zeros((b, max_new), jnp.int32).at[:, 0].set(tok)
+
+    def step(t, carry):
+        out, tok, cache = carry
+        logits, cache = model(tok[:, None], cache=cache)
+        tok = pick(logits[:, -1], keys[t])
+        return out.at[:, t].set(tok), tok, cache
+
+    out, _, _ = jax.lax.fori_loop(1, max_new, step, (out, tok, cache))
+    return jnp.concatenate([prompt, out], axis=1)

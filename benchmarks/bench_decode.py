@@ -1,0 +1,178 @@
+"""Decode benchmark: attention of a few queries against a long KV cache.
+
+jax_flash.attention_with_kvcache (contiguous and paged caches), jax_flash.attention
+(which routes decode shapes to the same split-KV kernel), cuDNN and XLA through
+jax.nn.dot_product_attention, in one run. Bandwidth is the bytes of K and V
+read once (batch x cache length x kv heads x head dim x 2 tensors x element
+size) over the median time; every shape's K/V exceed the 50 MB L2, so
+back-to-back calls on one buffer do not time the cache. All calls attend the
+full cache without a causal mask (a 16-query causal block changes 15 keys of
+32k; it keeps the comparison the same function everywhere).
+
+    python benchmarks/bench_decode.py --out benchmarks/results/h100_decode.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import jax_flash
+from jax_flash.timing import time_fn
+
+# (batch, seqlen_q, cache length, heads_q, heads_kv, head_dim): the issue's six,
+# head dims 64 / 256, MQA.
+SHAPES = [
+    (8, 1, 4096, 32, 8, 128),
+    (8, 1, 32768, 32, 8, 128),
+    (1, 1, 131072, 32, 8, 128),
+    (64, 1, 8192, 32, 8, 128),
+    (8, 16, 32768, 32, 8, 128),
+    (1, 1, 32768, 32, 32, 128),
+    (8, 1, 32768, 32, 8, 64),
+    (8, 1, 32768, 32, 8, 256),
+    (8, 1, 32768, 32, 1, 128),
+]
+PAGE_SIZES = (16, 256)
+
+
+def _paged(kc, vc, page_size, rng):
+    b, s, h, d = kc.shape
+    per = s // page_size
+    perm = rng.permutation(b * per).astype(np.int32)
+    table = jnp.asarray(perm.reshape(b, per))
+    inv = np.argsort(perm)  # physical page p holds logical page inv[p]
+    kp = kc.reshape(b * per, page_size, h, d)[inv]
+    vp = vc.reshape(b * per, page_size, h, d)[inv]
+    return kp, vp, table
+
+
+def run(shapes, dtype, impls, reps_s, page_sizes):
+    rng = np.random.default_rng(0)
+    records = []
+    dev = jax.devices()[0]
+    for (b, sq, sk, hq, hkv, d) in shapes:
+        key = jax.random.key(b * 7 + sk + d)
+        k1, k2, k3 = jax.random.split(key, 3)
+        q = jax.random.normal(k1, (b, sq, hq, d), dtype)
+        kc = jax.random.normal(k2, (b, sk, hkv, d), dtype)
+        vc = jax.random.normal(k3, (b, sk, hkv, d), dtype)
+        lens = jnp.full((b,), sk, jnp.int32)
+        kv_bytes = 2 * b * sk * hkv * d * jnp.dtype(dtype).itemsize
+        fns = {}
+        if "jax_flash" in impls:
+            fns["jax_flash"] = (jax.jit(lambda q, kc, vc, lens: jax_flash.attention_with_kvcache(
+                q, kc, vc, lens, causal=False)), (q, kc, vc, lens))
+        if "jax_flash_paged" in impls:
+            for ps in page_sizes:
+                kp, vp, table = _paged(kc, vc, ps, rng)
+                fns[f"jax_flash_paged{ps}"] = (jax.jit(
+                    lambda q, kp, vp, lens, t: jax_flash.attention_with_kvcache(
+                        q, kp, vp, lens, page_table=t, causal=False)), (q, kp, vp, lens, table))
+        if "jax_flash_attention" in impls:
+            fns["jax_flash_attention"] = (jax.jit(lambda q, k, v: jax_flash.attention(q, k, v)),
+                                          (q, kc, vc))
+        for name in ("cudnn", "xla"):
+            if name in impls:
+                fns[name] = (jax.jit(lambda q, k, v, name=name: jax.nn.dot_product_attention(
+                    q, k, v, implementation=name)), (q, kc, vc))
+        row = {}
+        for name, (fn, args) in fns.items():
+            rec = dict(impl=name, device=dev.device_kind, dtype=jnp.dtype(dtype).name, batch=b,
+                       seqlen_q=sq, seqlen_k=sk, heads=hq, heads_kv=hkv, head_dim=d,
+                       kv_bytes=int(kv_bytes))
+            try:
+                t = time_fn(fn, *args, target_s=reps_s)
+                rec.update(ms=t * 1e3, gbps=kv_bytes / t / 1e9)
+                row[name] = rec["gbps"]
+            except Exception as e:  # an implementation that refuses the shape
+                rec.update(error=f"{type(e).__name__}: {str(e).splitlines()[0][:200]}")
+            records.append(rec)
+            del fn
+        ref = row.get("cudnn")
+        cells = [f"{n}={v:7.0f}" for n, v in row.items()]
+        ratio = f"  jf/cudnn={row['jax_flash'] / ref:.2f}" if ref and "jax_flash" in row else ""
+        print(f"b={b:3d} sq={sq:2d} sk={sk:6d} h={hq}:{hkv} d={d:3d} {jnp.dtype(dtype).name}  GB/s "
+              + " ".join(cells) + ratio, flush=True)
+    return records
+
+
+def split_sweep(shapes, dtype, splits, reps_s):
+    """jax_flash contiguous at forced split counts (JAX_FLASH_DECODE_SPLITS is
+    read when tracing): where the automatic choice sits against the others."""
+    import os
+
+    from jax_flash.kvcache import num_splits
+
+    records = []
+    for (b, sq, sk, hq, hkv, d) in shapes:
+        k1, k2, k3 = jax.random.split(jax.random.key(sk + d), 3)
+        q = jax.random.normal(k1, (b, sq, hq, d), dtype)
+        kc = jax.random.normal(k2, (b, sk, hkv, d), dtype)
+        vc = jax.random.normal(k3, (b, sk, hkv, d), dtype)
+        lens = jnp.full((b,), sk, jnp.int32)
+        kv_bytes = 2 * b * sk * hkv * d * jnp.dtype(dtype).itemsize
+        auto = num_splits(b, sq, hq, hkv, d, sk, getattr(jax.devices()[0], "core_count", 132) or 132)
+        cells = []
+        for n in sorted(set(splits) | {auto}):
+            os.environ["JAX_FLASH_DECODE_SPLITS"] = str(n)
+            try:
+                fn = jax.jit(lambda q, kc, vc, lens: jax_flash.attention_with_kvcache(
+                    q, kc, vc, lens, causal=False))
+                t = time_fn(fn, q, kc, vc, lens, target_s=reps_s)
+            finally:
+                del os.environ["JAX_FLASH_DECODE_SPLITS"]
+            gbps = kv_bytes / t / 1e9
+            records.append(dict(impl="jax_flash", sweep="splits", splits=n, auto=n == auto, batch=b,
+                                seqlen_q=sq, seqlen_k=sk, heads=hq, heads_kv=hkv, head_dim=d,
+                                dtype=jnp.dtype(dtype).name, ms=t * 1e3, gbps=gbps))
+            cells.append(f"{n}{'*' if n == auto else ''}:{gbps:.0f}")
+        print(f"splits b={b} sq={sq} sk={sk} h={hq}:{hkv} d={d}  GB/s " + " ".join(cells), flush=True)
+    return records
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", help="write JSON records here")
+    ap.add_argument("--dtypes", default="bfloat16", help="comma-separated: bfloat16,float16")
+    ap.add_argument("--impls", default="jax_flash,jax_flash_paged,jax_flash_attention,cudnn,xla")
+    ap.add_argument("--shapes", default="all", help="'all', 'quick', or indices into SHAPES (0,1,..)")
+    ap.add_argument("--time", type=float, default=0.3, help="seconds of timing per measurement")
+    ap.add_argument("--split-sweep", default="",
+                    help="comma-separated SHAPES indices: also time forced split counts there")
+    args = ap.parse_args(argv)
+    on_gpu = jax.devices()[0].platform == "gpu"
+    if args.shapes == "all":
+        shapes = SHAPES
+    elif args.shapes == "quick":
+        shapes = [(2, 1, 2048, 8, 2, 64), (1, 4, 4096, 4, 4, 64)]
+    else:
+        shapes = [SHAPES[int(i)] for i in args.shapes.split(",")]
+    impls = args.impls.split(",")
+    if not on_gpu:
+        impls = [i for i in impls if i != "cudnn"]
+        shapes = [s for s in shapes if s[0] * s[2] * s[4] * s[5] <= 1 << 22] or \
+            [(2, 1, 2048, 8, 2, 64)]
+    records = []
+    for name in args.dtypes.split(","):
+        dtype = jnp.dtype(name)
+        if not on_gpu:
+            dtype = jnp.dtype(jnp.float32)
+        records += run(shapes, dtype, impls, args.time, PAGE_SIZES)
+        if args.split_sweep and on_gpu:
+            sweep = [SHAPES[int(i)] for i in args.split_sweep.split(",")]
+            records += split_sweep(sweep, dtype, (1, 2, 4, 8, 16, 32, 64), args.time)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(records, f, indent=1)
+        print(f"wrote {len(records)} records to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,349 @@
+// Split-KV decode kernel: a few query rows against a long (contiguous or
+// paged) KV cache. Memory bound, so the design is about reading each K/V
+// byte once, in 16-byte coalesced cp.async loads with several stages in
+// flight:
+//   - grid (split, row block x kv head, batch): the keys of one sequence are
+//     cut into num_splits ranges of 64-key blocks, one CTA each;
+//   - GQA packing: the CTA's rows are the q heads of one kv group times the
+//     queries (row r = g * seqlen_q + i), so K/V are read once per group;
+//   - 4 warps; WM of them split the rows (16 each), the other factor splits
+//     each 64-key stage into 16-key slices. Every warp keeps its own online
+//     softmax, and the warps' (m, l, o) merge through shared memory at the end;
+//   - QK^T and PV on tensor cores (m16n8k16, float32 accumulation), K/V tiles
+//     in shared memory with an XOR swizzle so ldmatrix is conflict-free;
+//   - paged caches: each row's address comes from the page table; rows in an
+//     out-of-range page are zero-filled and masked (never read).
+// One split writes o/lse directly; several write float32 partials that
+// decode_combine merges.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/decode/decode_ptx.cuh"
+#include "kvcache_params.h"
+
+namespace jax_flash::cuda::decode {
+
+constexpr int kBlockN = 64;  // keys per pipeline stage (jax_flash/kvcache.py KEY_BLOCK)
+
+template <class Element_, int D, int WM, int Stages = (D == 64 ? 4 : (D == 128 ? 3 : 2))>
+struct DecodeConfig {
+  using Element = Element_;
+  static_assert(D == 64 || D == 128 || D == 256, "decode head dims: 64, 128, 256");
+  static_assert(WM == 1 || WM == 2 || WM == 4, "row warps");
+  static constexpr int kThreads = 128;
+  static constexpr int kWarpsN = 4 / WM;    // warps sharing a stage's keys
+  static constexpr int kBlockM = 16 * WM;   // query rows per CTA
+  // 4 / 3 / 2 stages for d 64 / 128 / 256 fit sm_80's 163 KB; d 256 takes 3
+  // where the device allows (H100: 227 KB a CTA), chosen at launch.
+  static constexpr int kStages = Stages;
+  static constexpr int kChunks = D / 8;     // 16-byte chunks per row
+  static constexpr int kTileElems = kBlockN * D;
+  static constexpr int kSmemQ = kBlockM * D * 2;
+  static constexpr int kSmemKV = 2 * kStages * kTileElems * 2;
+  static constexpr int kSmemFlags = kStages * kBlockN * 4;
+  // (jax_flash/kvcache.py _cta_slots_per_sm mirrors this to size splits.)
+  static constexpr int kSmem = kSmemQ + kSmemKV + kSmemFlags;
+  // The epilogue's per-warp partials reuse the K/V stages.
+  static_assert(kWarpsN * kBlockM * (D + 2) * 4 <= kSmemKV, "epilogue scratch");
+};
+
+// Element offset of 16-byte chunk c of row r in a swizzled [rows][D] tile.
+template <int D>
+__device__ __forceinline__ int swz(int r, int c) {
+  return r * D + ((c ^ (r & 7)) << 3);
+}
+
+template <class Cfg>
+__global__ void __launch_bounds__(128) decode_kernel(const KvcacheParams p) {
+  using Element = typename Cfg::Element;
+  constexpr int D = Cfg::kChunks * 8;
+  constexpr int kBlockM = Cfg::kBlockM, kWarpsN = Cfg::kWarpsN, kStages = Cfg::kStages;
+  constexpr int WM = kBlockM / 16;
+  constexpr float kLog2e = 1.4426950408889634f;
+  constexpr float kNegInf = -INFINITY;
+
+  extern __shared__ __align__(128) char smem[];
+  Element* sQ = reinterpret_cast<Element*>(smem);
+  Element* sK = sQ + kBlockM * D;
+  Element* sV = sK + kStages * Cfg::kTileElems;
+  int* sFlag = reinterpret_cast<int*>(sV + kStages * Cfg::kTileElems);
+
+  const int split = blockIdx.x;
+  const int hk = blockIdx.y % p.heads_kv, mb = blockIdx.y / p.heads_kv;
+  const int b = blockIdx.z;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int wm = warp % WM, wn = warp / WM;
+  const int G = p.group_size(), sq = p.seqlen_q, rows = G * sq;
+  const int64_t L = p.length(b), pos0 = p.query_start(b);
+
+  // The 64-key blocks this split covers: the group's visible range, cut evenly.
+  const int64_t first = p.first_key(pos0), last = p.last_key(pos0 + sq - 1);
+  const int64_t lo = first > 0 ? first : 0;
+  const int64_t hi = last + 1 < L ? last + 1 : L;
+  const int64_t blk_lo = lo / kBlockN;
+  const int64_t n_total = hi > lo ? (hi + kBlockN - 1) / kBlockN - blk_lo : 0;
+  const int64_t per = (n_total + p.num_splits - 1) / p.num_splits;
+  const int64_t blk_begin = blk_lo + split * per;
+  int64_t n_blocks = n_total - split * per;
+  n_blocks = n_blocks < 0 ? 0 : (n_blocks > per ? per : n_blocks);
+
+  const Element* q = static_cast<const Element*>(p.q);
+  const Element* kc = static_cast<const Element*>(p.k_cache);
+  const Element* vc = static_cast<const Element*>(p.v_cache);
+
+  // Q rows of this CTA (zero rows past the group), in cp.async group 0.
+  for (int idx = tid; idx < kBlockM * Cfg::kChunks; idx += Cfg::kThreads) {
+    const int r = idx / Cfg::kChunks, c = idx % Cfg::kChunks;
+    const int gr = mb * kBlockM + r;
+    const bool ok = gr < rows;
+    const int g = ok ? gr / sq : 0, i = ok ? gr % sq : 0;
+    const Element* src = q + ((int64_t(b) * sq + i) * p.heads_q + hk * G + g) * D + c * 8;
+    cp_async_16(smem_addr(sQ + swz<D>(r, c)), ok ? src : q, ok);
+  }
+
+  // Each thread copies one 16-byte chunk column of kPasses rows a stage. The
+  // rows' cache offsets (page-table reads for a paged cache, 32-bit index
+  // math) are all computed before the copies are issued, so the lookups
+  // overlap instead of serialising the cp.async stream.
+  constexpr int kRowsPerPass = Cfg::kThreads / Cfg::kChunks;
+  constexpr int kPasses = kBlockN / kRowsPerPass;
+  const int lc = tid % Cfg::kChunks, lr = tid / Cfg::kChunks;
+  const int64_t row_stride = p.row_stride();
+  const int32_t* page_row = p.paged() ? p.page_table + int64_t(b) * p.pages_per_seq : nullptr;
+  const uint32_t page_size = uint32_t(p.cache_rows);
+  const Element* kc_col = kc + int64_t(hk) * D + lc * 8;
+  const Element* vc_col = vc + int64_t(hk) * D + lc * 8;
+  const int64_t contig_base = int64_t(b) * p.cache_rows;
+  auto load_block = [&](int stage, int64_t blk) {
+    const int64_t j0 = blk * kBlockN;
+    int32_t cache_row[kPasses];  // row of the [slabs * cache_rows] cache, -1: not read
+#pragma unroll
+    for (int k = 0; k < kPasses; ++k) {
+      const int64_t j = j0 + lr + k * kRowsPerPass;
+      cache_row[k] = -1;
+      if (j < L) {
+        if (page_row) {
+          const uint32_t jj = uint32_t(j), pg = jj / page_size;
+          const int32_t page = page_row[pg];
+          if (page >= 0 && page < p.num_pages)
+            cache_row[k] = int32_t(uint32_t(page) * page_size + (jj - pg * page_size));
+        } else {
+          cache_row[k] = int32_t(contig_base + j);
+        }
+      }
+    }
+    Element* dk = sK + stage * Cfg::kTileElems;
+    Element* dv = sV + stage * Cfg::kTileElems;
+#pragma unroll
+    for (int k = 0; k < kPasses; ++k) {
+      const int r = lr + k * kRowsPerPass;
+      const bool ok = cache_row[k] >= 0;
+      const int64_t off = int64_t(cache_row[k]) * row_stride;
+      cp_async_16(smem_addr(dk + swz<D>(r, lc)), ok ? kc_col + off : kc, ok);
+      cp_async_16(smem_addr(dv + swz<D>(r, lc)), ok ? vc_col + off : vc, ok);
+      if (lc == 0) sFlag[stage * kBlockN + r] = ok;
+    }
+  };
+
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < n_blocks) load_block(s, blk_begin + s);
+    cp_async_commit();
+  }
+
+  // This thread's two rows (lane / 4 and + 8 within the warp's 16).
+  // Visible keys [kmin, kmax] as int32 (positions < capacity < 2^31);
+  // pos stays int64 for the ALiBi distance.
+  int32_t kmin[2], kmax[2];
+  int64_t pos[2];
+  float slope[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int gr = mb * kBlockM + wm * 16 + (lane >> 2) + 8 * h;
+    const int g = gr / sq, i = gr % sq;
+    pos[h] = pos0 + i;
+    const int64_t f = p.first_key(pos[h]), l = p.last_key(pos[h]);
+    kmin[h] = int32_t(f > 0 ? (f < L ? f : L) : 0);
+    kmax[h] = int32_t(l < L - 1 ? (l > -1 ? l : -1) : L - 1);
+    if (gr >= rows) kmax[h] = -1;  // padding row: sees nothing
+    slope[h] = (p.alibi_slopes && gr < rows)
+                   ? p.alibi_slopes[b * p.alibi_batch_stride + hk * G + g] * kLog2e
+                   : 0.f;
+  }
+  const bool softcap = p.softcap > 0.f;
+  const float scale_log2 = p.scale * kLog2e;
+  const float cap_in = softcap ? p.scale / p.softcap : 0.f;
+  const float cap_out = p.softcap * kLog2e;
+
+  float acc[D / 8][4];
+#pragma unroll
+  for (int t = 0; t < D / 8; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
+  float m[2] = {kNegInf, kNegInf}, l[2] = {0.f, 0.f};
+
+  const uint32_t q_base = smem_addr(sQ);
+  const int lrow = lane & 15, lchunk = lane >> 4;
+
+  // Q's A fragments stay in registers where they fit (d <= 128: 32 regs);
+  // d 256 reloads them from shared memory per 16-key slice.
+  constexpr bool kQInRegs = D <= 128;
+  uint32_t qf[kQInRegs ? D / 16 : 1][4];
+  for (int64_t it = 0; it < n_blocks; ++it) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();
+    if (kQInRegs && it == 0) {
+#pragma unroll
+      for (int kk = 0; kk < (kQInRegs ? D / 16 : 0); ++kk)
+        ldmatrix_x4(qf[kk], q_base + 2 * swz<D>(wm * 16 + lrow, 2 * kk + lchunk));
+    }
+    const int64_t nxt = it + kStages - 1;
+    if (nxt < n_blocks) load_block(int(nxt % kStages), blk_begin + nxt);
+    cp_async_commit();
+
+    const int stage = int(it % kStages);
+    const int64_t j0 = (blk_begin + it) * kBlockN;
+    const uint32_t k_base = smem_addr(sK + stage * Cfg::kTileElems);
+    const uint32_t v_base = smem_addr(sV + stage * Cfg::kTileElems);
+#pragma unroll
+    for (int sb = wn; sb < kBlockN / 16; sb += kWarpsN) {
+      // S = Q K^T for 16 rows x 16 keys.
+      float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t bk[4];
+        ldmatrix_x4(bk, k_base + 2 * swz<D>(sb * 16 + lrow, 2 * kk + lchunk));
+        if constexpr (kQInRegs) {
+          mma_16816<Element>(s[0], qf[kk], bk[0], bk[2]);
+          mma_16816<Element>(s[1], qf[kk], bk[1], bk[3]);
+        } else {
+          uint32_t a[4];
+          ldmatrix_x4(a, q_base + 2 * swz<D>(wm * 16 + lrow, 2 * kk + lchunk));
+          mma_16816<Element>(s[0], a, bk[0], bk[2]);
+          mma_16816<Element>(s[1], a, bk[1], bk[3]);
+        }
+      }
+      // Logits in log2 units, masked to -inf.
+#pragma unroll
+      for (int t = 0; t < 2; ++t) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int h = e >> 1;
+          const int col = sb * 16 + t * 8 + 2 * (lane & 3) + (e & 1);
+          const int32_t j = int32_t(j0) + col;
+          float x = s[t][e];
+          x = softcap ? cap_out * tanhf(x * cap_in) : x * scale_log2;
+          if (slope[h] != 0.f) x -= slope[h] * float(pos[h] > j ? pos[h] - j : int64_t(j) - pos[h]);
+          const bool vis = sFlag[stage * kBlockN + col] && j >= kmin[h] && j <= kmax[h];
+          s[t][e] = vis ? x : kNegInf;
+        }
+      }
+      // Online softmax over the 16 keys, per row.
+      float corr[2], m_use[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float mx = fmaxf(fmaxf(s[0][2 * h], s[0][2 * h + 1]), fmaxf(s[1][2 * h], s[1][2 * h + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m[h], mx);
+        m_use[h] = m_new == kNegInf ? 0.f : m_new;
+        corr[h] = exp2f(m[h] - m_use[h]);
+        m[h] = m_new;
+        l[h] *= corr[h];
+      }
+      float pr[2][4];
+#pragma unroll
+      for (int t = 0; t < 2; ++t)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          pr[t][e] = exp2f(s[t][e] - m_use[e >> 1]);
+          l[e >> 1] += pr[t][e];
+        }
+#pragma unroll
+      for (int t = 0; t < D / 8; ++t) {
+        acc[t][0] *= corr[0]; acc[t][1] *= corr[0];
+        acc[t][2] *= corr[1]; acc[t][3] *= corr[1];
+      }
+      // O += P V: the S accumulators are already P's A fragment layout.
+      uint32_t pa[4] = {pack2<Element>(pr[0][0], pr[0][1]), pack2<Element>(pr[0][2], pr[0][3]),
+                        pack2<Element>(pr[1][0], pr[1][1]), pack2<Element>(pr[1][2], pr[1][3])};
+#pragma unroll
+      for (int dd = 0; dd < D / 16; ++dd) {
+        uint32_t bv[4];
+        ldmatrix_x4_trans(bv, v_base + 2 * swz<D>(sb * 16 + lrow, 2 * dd + lchunk));
+        mma_16816<Element>(acc[2 * dd], pa, bv[0], bv[1]);
+        mma_16816<Element>(acc[2 * dd + 1], pa, bv[2], bv[3]);
+      }
+    }
+  }
+
+  // Merge the warps that shared the keys, then write o/lse or the partials.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // Let the combine kernel (a programmatic dependent) be staged now; it
+  // still waits for this grid to complete before reading the partials.
+  asm volatile("griddepcontrol.launch_dependents;\n" ::);
+#endif
+  cp_async_wait<0>();
+  __syncthreads();
+  float* sO = reinterpret_cast<float*>(sK);  // [kWarpsN][kBlockM][D]
+  float* sML = sO + kWarpsN * kBlockM * D;   // [kWarpsN][kBlockM][2]
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+  }
+  {
+    const int r0 = wm * 16 + (lane >> 2);
+#pragma unroll
+    for (int t = 0; t < D / 8; ++t) {
+      const int col = t * 8 + 2 * (lane & 3);
+      *reinterpret_cast<float2*>(&sO[(wn * kBlockM + r0) * D + col]) = make_float2(acc[t][0], acc[t][1]);
+      *reinterpret_cast<float2*>(&sO[(wn * kBlockM + r0 + 8) * D + col]) = make_float2(acc[t][2], acc[t][3]);
+    }
+    if ((lane & 3) == 0) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        sML[(wn * kBlockM + r0 + 8 * h) * 2] = m[h];
+        sML[(wn * kBlockM + r0 + 8 * h) * 2 + 1] = l[h];
+      }
+    }
+  }
+  __syncthreads();
+  const int64_t part_rows = int64_t(p.batch) * p.heads_q * sq;
+  for (int idx = tid; idx < kBlockM * (D / 4); idx += Cfg::kThreads) {
+    const int r = idx / (D / 4), c4 = idx % (D / 4);
+    const int gr = mb * kBlockM + r;
+    if (gr >= rows) continue;
+    float mx = kNegInf;
+#pragma unroll
+    for (int w = 0; w < kWarpsN; ++w) mx = fmaxf(mx, sML[(w * kBlockM + r) * 2]);
+    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+    float lsum = 0.f;
+    if (mx != kNegInf) {
+#pragma unroll
+      for (int w = 0; w < kWarpsN; ++w) {
+        const float wgt = exp2f(sML[(w * kBlockM + r) * 2] - mx);
+        lsum += wgt * sML[(w * kBlockM + r) * 2 + 1];
+        const float4 x = *reinterpret_cast<const float4*>(&sO[(w * kBlockM + r) * D + c4 * 4]);
+        o.x += wgt * x.x; o.y += wgt * x.y; o.z += wgt * x.z; o.w += wgt * x.w;
+      }
+    }
+    const float inv = lsum > 0.f ? 1.f / lsum : 0.f;
+    o.x *= inv; o.y *= inv; o.z *= inv; o.w *= inv;
+    const float lse = lsum > 0.f ? (mx + __log2f(lsum)) * 0.6931471805599453f : kNegInf;
+    const int g = gr / sq, i = gr % sq, h = hk * G + g;
+    const int64_t row = (int64_t(b) * p.heads_q + h) * sq + i;  // lse layout
+    if (p.num_splits == 1) {
+      Element* dst = static_cast<Element*>(p.o) + ((int64_t(b) * sq + i) * p.heads_q + h) * D + c4 * 4;
+      const uint32_t lo2 = pack2<Element>(o.x, o.y), hi2 = pack2<Element>(o.z, o.w);
+      *reinterpret_cast<uint2*>(dst) = make_uint2(lo2, hi2);
+      if (c4 == 0) p.lse[row] = lse;
+    } else {
+      const int64_t prow = int64_t(split) * part_rows + row;
+      *reinterpret_cast<float4*>(p.o_partial + prow * D + c4 * 4) = o;
+      if (c4 == 0) p.lse_partial[prow] = lse;
+    }
+  }
+}
+
+}  // namespace jax_flash::cuda::decode

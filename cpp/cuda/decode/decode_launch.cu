@@ -1,0 +1,224 @@
+// attention_with_kvcache on CUDA: the append kernel, the combine kernel that
+// merges split partials, and the dispatch on dtype and head dim.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+
+#include "cuda/decode/decode_dispatch.h"
+#include "cuda/decode/decode_launch.h"
+#include "cuda/decode/decode_ptx.cuh"
+#include "cuda/dtypes.h"
+
+#if defined(JAX_FLASH_DECODE_HDIMS_SELECTED)
+#ifdef JAX_FLASH_DECODE_HDIM_64
+#define JAX_FLASH_DECODE_HAS_64 1
+#else
+#define JAX_FLASH_DECODE_HAS_64 0
+#endif
+#ifdef JAX_FLASH_DECODE_HDIM_128
+#define JAX_FLASH_DECODE_HAS_128 1
+#else
+#define JAX_FLASH_DECODE_HAS_128 0
+#endif
+#ifdef JAX_FLASH_DECODE_HDIM_256
+#define JAX_FLASH_DECODE_HAS_256 1
+#else
+#define JAX_FLASH_DECODE_HAS_256 0
+#endif
+#define JAX_FLASH_DECODE_HAS(d) JAX_FLASH_DECODE_HAS_##d
+#endif
+
+namespace jax_flash::cuda {
+namespace decode {
+namespace {
+
+// k_new / v_new rows into the cache, 16 bytes a thread. Rows past the
+// capacity or in an out-of-range page are dropped.
+__global__ void append_kernel(const KvcacheParams p) {
+  const int chunks = p.head_dim / 8;
+  const int64_t total = int64_t(p.batch) * p.seqlen_q * p.heads_kv * chunks;
+  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int c = int(idx % chunks);
+    const int64_t row = idx / chunks;  // (b, i, h) of k_new
+    const int h = int(row % p.heads_kv);
+    const int i = int((row / p.heads_kv) % p.seqlen_q);
+    const int b = int(row / (int64_t(p.heads_kv) * p.seqlen_q));
+    const int64_t pos = p.raw_length(b) - p.seqlen_q + i;
+    if (pos < 0 || pos >= p.capacity()) continue;
+    const int64_t off = p.cache_offset(b, pos, h);
+    if (off < 0) continue;
+    const int64_t src = row * p.head_dim + c * 8;  // elements (2 bytes each)
+    reinterpret_cast<uint4*>(static_cast<char*>(p.k_cache) + off * 2)[c] =
+        reinterpret_cast<const uint4*>(static_cast<const char*>(p.k_new) + src * 2)[0];
+    reinterpret_cast<uint4*>(static_cast<char*>(p.v_cache) + off * 2)[c] =
+        reinterpret_cast<const uint4*>(static_cast<const char*>(p.v_new) + src * 2)[0];
+  }
+}
+
+// One CTA (4 warps) a query row: lse = logsumexp of the splits' lse, o their
+// lse-weighted sum (partials are normalised), in float32. The warps take
+// every 4th split and keep several splits' loads in flight (a warp walking
+// 32 splits one load at a time was latency bound: ~20 us at batch 1, 128k).
+template <class Element, int D>
+__global__ void __launch_bounds__(128) combine_kernel(const KvcacheParams p) {
+  constexpr int kPer = D / 32, kWarps = 4;
+  __shared__ float red[kWarps][D];
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // Launched as a programmatic dependent of the split kernel: wait until it
+  // has finished and its partials are visible.
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+  const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
+  const int64_t row = blockIdx.x;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int S = p.num_splits;
+  float mx = -INFINITY;
+  for (int s = lane; s < S; s += 32) mx = fmaxf(mx, p.lse_partial[s * rows + row]);
+  for (int o = 16; o; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  float sum = 0.f;
+  if (mx != -INFINITY)
+    for (int s = lane; s < S; s += 32) sum += __expf(p.lse_partial[s * rows + row] - mx);
+  for (int o = 16; o; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  const float lse = sum > 0.f ? mx + __logf(sum) : -INFINITY;
+  float out[kPer];
+#pragma unroll
+  for (int e = 0; e < kPer; ++e) out[e] = 0.f;
+  if (sum > 0.f) {
+#pragma unroll 4
+    for (int s = warp; s < S; s += kWarps) {
+      const float w = __expf(p.lse_partial[s * rows + row] - lse);  // empty split: 0
+      const float* src = p.o_partial + (s * rows + row) * D + lane * kPer;
+#pragma unroll
+      for (int e = 0; e < kPer; e += 2) {
+        const float2 x = *reinterpret_cast<const float2*>(src + e);
+        out[e] += w * x.x;
+        out[e + 1] += w * x.y;
+      }
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < kPer; ++e) red[warp][lane * kPer + e] = out[e];
+  __syncthreads();
+  if (warp != 0) return;
+#pragma unroll
+  for (int e = 0; e < kPer; ++e)
+    out[e] = red[0][lane * kPer + e] + red[1][lane * kPer + e] + red[2][lane * kPer + e] +
+             red[3][lane * kPer + e];
+  // row = (b * heads_q + h) * seqlen_q + i; o is [b, i, h, d].
+  const int i = int(row % p.seqlen_q);
+  const int64_t bh = row / p.seqlen_q;
+  const int h = int(bh % p.heads_q), b = int(bh / p.heads_q);
+  Element* dst = static_cast<Element*>(p.o) + ((int64_t(b) * p.seqlen_q + i) * p.heads_q + h) * D +
+                 lane * kPer;
+#pragma unroll
+  for (int e = 0; e < kPer; e += 2)
+    *reinterpret_cast<uint32_t*>(dst + e) = pack2<Element>(out[e], out[e + 1]);
+  if (lane == 0) p.lse[row] = lse;
+}
+
+// The decode head dims of this build (CMake JAX_FLASH_CUDA_DECODE_HEAD_DIMS).
+template <int D>
+constexpr bool decode_hdim_compiled() {
+#if defined(JAX_FLASH_DECODE_HDIMS_SELECTED)
+  return (D == 64 && JAX_FLASH_DECODE_HAS(64)) || (D == 128 && JAX_FLASH_DECODE_HAS(128)) ||
+         (D == 256 && JAX_FLASH_DECODE_HAS(256));
+#else
+  return D == 64 || D == 128 || D == 256;
+#endif
+}
+
+template <DType t>
+using ElementOf = std::conditional_t<t == DType::kBFloat16, __nv_bfloat16, __half>;
+
+// Compute capability >= 9.0 on the current device (PDL).
+bool pdl_supported() {
+  int dev = 0, major = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+    return false;
+  return major >= 9;
+}
+
+template <class Element, int D>
+cudaError_t run_typed(const KvcacheParams& p, cudaStream_t stream) {
+  if constexpr (!decode_hdim_compiled<D>()) {
+    return cudaErrorInvalidValue;
+  } else {
+    cudaError_t err = launch_decode<Element, D>(p, stream);
+    if (err != cudaSuccess || p.num_splits == 1) return err;
+    const int64_t blocks = int64_t(p.batch) * p.heads_q * p.seqlen_q;  // a CTA a row
+    if (blocks > INT32_MAX) return cudaErrorInvalidConfiguration;
+    // Programmatic dependent launch (sm_90+): the combine grid is staged
+    // while the split kernel drains, hiding a launch gap of a few us.
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(unsigned(blocks));
+    cfg.blockDim = dim3(128);
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl_supported() ? 1 : 0;
+    err = cudaLaunchKernelEx(&cfg, combine_kernel<Element, D>, p);
+    if (err != cudaSuccess && cfg.numAttrs) {  // e.g. a capture that refuses it
+      (void)cudaGetLastError();
+      cfg.numAttrs = 0;
+      err = cudaLaunchKernelEx(&cfg, combine_kernel<Element, D>, p);
+    }
+    return err;
+  }
+}
+
+}  // namespace
+}  // namespace decode
+
+bool kvcache_supports(DType dtype, int head_dim) {
+  if (!dtype_compiled(dtype)) return false;
+  switch (head_dim) {
+    case 64: return decode::decode_hdim_compiled<64>();
+    case 128: return decode::decode_hdim_compiled<128>();
+    case 256: return decode::decode_hdim_compiled<256>();
+    default: return false;
+  }
+}
+
+std::vector<int> kvcache_head_dims() {
+  std::vector<int> out;
+  if (decode::decode_hdim_compiled<64>()) out.push_back(64);
+  if (decode::decode_hdim_compiled<128>()) out.push_back(128);
+  if (decode::decode_hdim_compiled<256>()) out.push_back(256);
+  return out;
+}
+
+size_t kvcache_workspace_floats(const KvcacheParams& p) {
+  if (p.num_splits <= 1) return 0;
+  return size_t(p.num_splits) * p.batch * p.heads_q * p.seqlen_q * (p.head_dim + 1);
+}
+
+cudaError_t run_kvcache(KvcacheParams p, float* workspace, cudaStream_t stream) {
+  if (!kvcache_supports(p.dtype, p.head_dim)) return cudaErrorInvalidValue;
+  if (p.batch == 0 || p.seqlen_q == 0) return cudaSuccess;
+  if (p.appending()) {
+    const int64_t total = int64_t(p.batch) * p.seqlen_q * p.heads_kv * (p.head_dim / 8);
+    const int64_t blocks = (total + 255) / 256;
+    decode::append_kernel<<<unsigned(blocks < 65536 ? blocks : 65536), 256, 0, stream>>>(p);
+    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  }
+  if (p.num_splits > 1) {
+    p.o_partial = workspace;
+    p.lse_partial =
+        workspace + size_t(p.num_splits) * p.batch * p.heads_q * p.seqlen_q * p.head_dim;
+  }
+  return with_dtype(p.dtype, [&](auto t) -> cudaError_t {
+    using Element = decode::ElementOf<decltype(t)::value>;
+    switch (p.head_dim) {
+      case 64: return decode::run_typed<Element, 64>(p, stream);
+      case 128: return decode::run_typed<Element, 128>(p, stream);
+      default: return decode::run_typed<Element, 256>(p, stream);
+    }
+  });
+}
+
+}  // namespace jax_flash::cuda

@@ -1,0 +1,78 @@
+// Launch of the split-KV kernel for one (dtype, head dim): picks the row
+// tiling from the GQA group size x seqlen_q. Included by one
+// decode_hdim<D>_<dtype>.cu unit each, so builds parallelise.
+#pragma once
+
+#include <atomic>
+
+#include <cuda_runtime_api.h>
+
+#include "cuda/decode/decode_kernel.cuh"
+#include "kvcache_params.h"
+
+namespace jax_flash::cuda::decode {
+
+// Row warps for a group of `rows` query rows (jax_flash/kvcache.py mirrors it).
+inline int warps_m(int rows) { return rows <= 16 ? 1 : (rows <= 32 ? 2 : 4); }
+
+// `static`: every unit keeps its own once-per-device record (its kernels'
+// host stubs are local to it).
+template <class Cfg>
+static cudaError_t launch_cfg(const KvcacheParams& p, cudaStream_t stream) {
+  static std::atomic<unsigned long long> done_mask{0};
+  auto kernel = decode_kernel<Cfg>;
+  int dev = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err != cudaSuccess) return err;
+  const unsigned long long bit = dev < 64 ? (1ull << dev) : 0ull;
+  if (bit == 0 || !(done_mask.load(std::memory_order_acquire) & bit)) {
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmem);
+    if (err != cudaSuccess) return err;
+    // Two or more CTAs of ~100 KB an SM need the full shared-memory carveout.
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+    if (err != cudaSuccess) return err;
+    done_mask.fetch_or(bit, std::memory_order_acq_rel);
+  }
+  const int rows = p.group_size() * p.seqlen_q;
+  const int m_blocks = (rows + Cfg::kBlockM - 1) / Cfg::kBlockM;
+  const long long gy = (long long)m_blocks * p.heads_kv;
+  if (gy > 65535 || p.batch > 65535) return cudaErrorInvalidConfiguration;
+  dim3 grid(p.num_splits, unsigned(gy), p.batch);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <class Element, int D, int Stages>
+static cudaError_t launch_rows(const KvcacheParams& p, cudaStream_t stream) {
+  switch (warps_m(p.group_size() * p.seqlen_q)) {
+    case 1: return launch_cfg<DecodeConfig<Element, D, 1, Stages>>(p, stream);
+    case 2: return launch_cfg<DecodeConfig<Element, D, 2, Stages>>(p, stream);
+    default: return launch_cfg<DecodeConfig<Element, D, 4, Stages>>(p, stream);
+  }
+}
+
+// Opt-in shared memory a CTA may have on the current device.
+inline int smem_optin() {
+  int dev = 0, bytes = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+    return 0;
+  return bytes;
+}
+
+template <class Element, int D>
+cudaError_t launch_decode(const KvcacheParams& p, cudaStream_t stream) {
+  if constexpr (D == 256) {
+    // A third 64 KB stage where it fits: one CTA an SM, so the stages are all
+    // the loads it has in flight.
+    if (smem_optin() >= DecodeConfig<Element, D, 4, 3>::kSmem)
+      return launch_rows<Element, D, 3>(p, stream);
+  }
+  return launch_rows<Element, D, DecodeConfig<Element, D, 1>::kStages>(p, stream);
+}
+
+}  // namespace jax_flash::cuda::decode
+
+#define JAX_FLASH_DECODE_INSTANTIATE(Element, D)                             \
+  template cudaError_t jax_flash::cuda::decode::launch_decode<Element, D>( \
+      const jax_flash::KvcacheParams&, cudaStream_t);

@@ -1,0 +1,207 @@
+"""attention_with_kvcache on CUDA (the split-KV decode kernels) against a float32
+reference built from the dense cache. Run on the device: pytest -m gpu."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_flash
+from jax_flash import _ffi
+from kvcache_reference import reference, to_paged
+
+pytestmark = pytest.mark.gpu
+
+_DTYPES = {"bfloat16": jnp.bfloat16, "float16": jnp.float16}
+
+
+def _built_dtypes():
+    return [_DTYPES[n] for n in _ffi.cuda_dtypes()] or [jnp.bfloat16]
+
+
+def _built_dims():
+    return list(_ffi.cuda_kvcache_head_dims()) or [128]
+
+
+def _err_vs_naive(out, q, kc, vc, lens, dtype, **kw):
+    """(kernel error, naive error) against the float32 reference: the naive
+    attention rounds the probabilities and the output to `dtype`, as any
+    16-bit kernel must."""
+    ro, rlse, _, _ = reference(q, kc, vc, lens, **kw)
+    err = float(np.max(np.abs(np.asarray(out, np.float32) - ro)))
+    rounded = np.asarray(jnp.asarray(ro).astype(dtype).astype(jnp.float32))
+    naive = float(np.max(np.abs(rounded - ro)))
+    return err, naive, rlse
+
+
+def _check(out, q, kc, vc, lens, dtype, lse=None, **kw):
+    err, naive, rlse = _err_vs_naive(out, q, kc, vc, lens, dtype, **kw)
+    assert np.all(np.isfinite(np.asarray(out, np.float32)))
+    assert err <= 4 * naive + 2e-3, f"max error {err} vs naive rounding {naive}"
+    if lse is not None:
+        lse = np.asarray(lse)
+        assert np.array_equal(np.isneginf(lse), np.isneginf(rlse))
+        fin = np.isfinite(rlse)
+        np.testing.assert_allclose(lse[fin], rlse[fin], atol=2e-2, rtol=1e-3)
+
+
+def _inputs(seed, b, sq, hq, hkv, d, cap, dtype):
+    rng = np.random.default_rng(seed)
+    f = lambda *s: jnp.asarray(rng.standard_normal(s, dtype=np.float32), dtype)  # noqa: E731
+    return rng, f(b, sq, hq, d), f(b, cap, hkv, d), f(b, cap, hkv, d), f(b, sq, hkv, d), f(b, sq, hkv, d)
+
+
+@pytest.mark.parametrize("dtype", _built_dtypes())
+@pytest.mark.parametrize("d", _built_dims())
+@pytest.mark.parametrize("b,sq,hq,hkv,cap,lens", [
+    (3, 1, 32, 8, 4096, [0, 4096, 1237]),     # GQA 4, ragged incl. empty, many splits
+    (2, 16, 32, 8, 2048, [2048, 17]),         # 64 rows a CTA, causal inside the block
+    (1, 1, 32, 1, 6000, [5999]),              # MQA: 32 rows share one kv head
+    (2, 3, 5, 5, 700, [700, 3]),              # MHA, odd sizes, a row block of 16 for 3 rows
+    (2, 7, 12, 2, 333, [300, 5]),             # group of 6 x 7 queries = 42 rows: two warps' rows
+])
+def test_contiguous_matches_reference(dtype, d, b, sq, hq, hkv, cap, lens):
+    _, q, kc, vc, _, _ = _inputs(d + b + sq, b, sq, hq, hkv, d, cap, dtype)
+    lens = jnp.asarray(lens, jnp.int32)
+    o, lse = jax_flash.attention_with_kvcache(q, kc, vc, lens, return_lse=True)
+    _check(o, q, kc, vc, lens, dtype, lse=lse)
+
+
+@pytest.mark.parametrize("dtype", _built_dtypes())
+@pytest.mark.parametrize("page_size", [16, 64, 256])
+def test_paged_equals_contiguous_random_pages(dtype, page_size):
+    d = _built_dims()[0]
+    b, sq, hq, hkv, cap = 3, 2, 8, 2, 8 * page_size
+    rng, q, kc, vc, _, _ = _inputs(page_size, b, sq, hq, hkv, d, cap, dtype)
+    lens = jnp.asarray([cap - 2, 0, page_size + 5], jnp.int32)
+    kp, pt = to_paged(np.asarray(kc), page_size, rng)
+    vp = np.asarray(kp).copy()
+    for bi in range(b):
+        for j in range(pt.shape[1]):
+            vp[pt[bi, j]] = np.asarray(vc)[bi, j * page_size:(j + 1) * page_size]
+    oc = jax_flash.attention_with_kvcache(q, kc, vc, lens)
+    op = jax_flash.attention_with_kvcache(q, jnp.asarray(kp), jnp.asarray(vp), lens,
+                                          page_table=jnp.asarray(pt))
+    np.testing.assert_array_equal(np.asarray(oc, np.float32), np.asarray(op, np.float32))
+    _check(op, q, kc, vc, lens, dtype)
+
+
+@pytest.mark.parametrize("paged", [False, True])
+def test_append_and_donation(paged):
+    dtype, d = _built_dtypes()[0], _built_dims()[0]
+    b, sq, hq, hkv, cap, ps = 2, 4, 8, 2, 512, 16
+    rng, q, kc, vc, kn, vn = _inputs(11, b, sq, hq, hkv, d, cap, dtype)
+    lens = np.asarray([100, cap - sq], np.int32)
+    kw = {}
+    if paged:
+        kp, pt = to_paged(np.asarray(kc), ps, rng)
+        vp = np.asarray(kp).copy()
+        for bi in range(b):
+            for j in range(pt.shape[1]):
+                vp[pt[bi, j]] = np.asarray(vc)[bi, j * ps:(j + 1) * ps]
+        kc, vc = jnp.asarray(kp), jnp.asarray(vp)
+        kw["page_table"] = jnp.asarray(pt)
+    ro, _, rk, rv = reference(q, kc, vc, lens, k=kn, v=vn, page_table=kw.get("page_table"))
+    step = jax.jit(lambda q, kc, vc, lens, kn, vn: jax_flash.attention_with_kvcache(
+        q, kc, vc, lens, k=kn, v=vn, **kw), donate_argnums=(1, 2))
+    kd, vd = jnp.array(kc), jnp.array(vc)
+    ptr = kd.unsafe_buffer_pointer()
+    o, k2, v2 = step(q, kd, vd, jnp.asarray(lens), kn, vn)
+    assert kd.is_deleted() and k2.unsafe_buffer_pointer() == ptr
+    if paged:
+        from kvcache_reference import dense_view
+        cap_p = pt.shape[1] * ps
+        k2d, _ = dense_view(k2, pt, cap_p)
+        v2d, _ = dense_view(v2, pt, cap_p)
+    else:
+        k2d, v2d = np.asarray(k2, np.float32), np.asarray(v2, np.float32)
+    np.testing.assert_array_equal(k2d, rk)
+    np.testing.assert_array_equal(v2d, rv)
+    err = float(np.max(np.abs(np.asarray(o, np.float32) - ro)))
+    assert err < 2e-2
+
+
+@pytest.mark.parametrize("opts", [
+    dict(local_window_size=100),
+    dict(local_window_size=(300, 0), causal=False),
+    dict(logits_soft_cap=5.0),
+    dict(alibi_slopes=True),
+    dict(causal=False),
+])
+def test_options_match_reference(opts):
+    dtype, d = _built_dtypes()[0], _built_dims()[0]
+    b, sq, hq, hkv, cap = 2, 3, 8, 2, 3000
+    rng, q, kc, vc, _, _ = _inputs(12, b, sq, hq, hkv, d, cap, dtype)
+    lens = jnp.asarray([2999, 1500], jnp.int32)
+    opts = dict(opts)
+    if opts.pop("alibi_slopes", None):
+        opts["alibi_slopes"] = jnp.asarray(rng.uniform(0.001, 0.05, hq), jnp.float32)
+    o = jax_flash.attention_with_kvcache(q, kc, vc, lens, **opts)
+    _check(o, q, kc, vc, lens, dtype, causal=opts.get("causal", True),
+           window=opts.get("local_window_size"), softcap=opts.get("logits_soft_cap"),
+           alibi=opts.get("alibi_slopes"))
+
+
+def test_out_of_range_page_ids_are_masked():
+    dtype, d = _built_dtypes()[0], _built_dims()[0]
+    b, sq, hq, hkv, ps = 2, 1, 4, 1, 16
+    rng, q, kc, vc, kn, vn = _inputs(13, b, sq, hq, hkv, d, 8 * ps, dtype)
+    kp, pt = to_paged(np.asarray(kc), ps, rng, spare_pages=0)
+    vp = np.asarray(kp)[::-1].copy()
+    pt = pt.copy()
+    pt[0, 3], pt[1, 7], pt[1, 0] = 1 << 30, -1, -7
+    lens = jnp.asarray([8 * ps - 1, 8 * ps - 1], jnp.int32)
+    o, k2, _ = jax_flash.attention_with_kvcache(q, jnp.asarray(kp), jnp.asarray(vp), lens,
+                                                k=kn, v=vn, page_table=jnp.asarray(pt))
+    ro, _, _, _ = reference(q, kp, vp, lens, k=kn, v=vn, page_table=pt)
+    assert float(np.max(np.abs(np.asarray(o, np.float32) - ro))) < 2e-2
+    changed = np.argwhere(np.any(np.asarray(k2, np.float32) != np.asarray(kp, np.float32), axis=(2, 3)))
+    assert changed.tolist() == [[pt[0, 7], ps - 1]]
+
+
+def test_attention_routes_decode_shapes_to_split_kv(monkeypatch):
+    """attention() at decode shapes runs the split-KV kernel on CUDA and agrees
+    with the training kernel; its gradient is unchanged."""
+    dtype, d = _built_dtypes()[0], _built_dims()[0]
+    rng = np.random.default_rng(14)
+    q = jnp.asarray(rng.standard_normal((2, 4, 16, d)), dtype)
+    k = jnp.asarray(rng.standard_normal((2, 4096, 4, d)), dtype)
+    v = jnp.asarray(rng.standard_normal((2, 4096, 4, d)), dtype)
+    kw = dict(causal=True, query_offset=jnp.asarray([4092, 1000], jnp.int32),
+              key_value_seq_lengths=jnp.asarray([4096, 3000], jnp.int32))
+    f = jax.jit(lambda q, k, v: jax_flash.attention(q, k, v, return_lse=True, **kw))
+    assert "jax_flash_kvcache_fwd" in f.lower(q, k, v).as_text()
+    o, lse = f(q, k, v)
+    monkeypatch.setenv("JAX_FLASH_DECODE_ROUTE", "0")
+    g = jax.jit(lambda q, k, v: jax_flash.attention(q, k, v, return_lse=True, **kw))
+    assert "jax_flash_kvcache_fwd" not in g.lower(q, k, v).as_text()
+    ro, rlse = g(q, k, v)
+    assert float(np.max(np.abs(np.asarray(o, np.float32) - np.asarray(ro, np.float32)))) < 2e-2
+    np.testing.assert_allclose(np.asarray(lse), np.asarray(rlse), atol=1e-2)
+
+
+
+@pytest.mark.parametrize("page_size", [None, 16])
+def test_flax_decode_steps_match_full_forward_on_gpu(page_size):
+    """DecoderLM in bfloat16 on the decode kernel: each step's logits stay
+    within bfloat16 noise of one full forward over the same tokens."""
+    nnx = pytest.importorskip("flax.nnx")
+    import jax_flash.flax as jf
+
+    d = _built_dims()[0]
+    model = jf.DecoderLM(128, d_model=4 * d, num_layers=2, num_heads=4, num_kv_heads=2,
+                         dtype=_built_dtypes()[0], rngs=nnx.Rngs(0))
+    tokens = jnp.asarray(np.random.default_rng(2).integers(0, 128, (2, 40)), jnp.int32)
+    full = np.asarray(model(tokens))
+    cache = model.init_cache(2, 48, page_size=page_size)
+    _, cache = model(tokens[:, :32], cache=cache, prefill=True)
+    step = jax.jit(lambda t, c: model(t, cache=c))
+    scale = float(np.max(np.abs(full)))
+    for t in range(32, 40):
+        logits, cache = step(tokens[:, t:t + 1], cache)
+        err = float(np.max(np.abs(np.asarray(logits[:, 0]) - full[:, t])))
+        assert err <= 0.03 * scale + 0.03, f"step {t}: {err} (logit scale {scale})"
+    out = model.generate(tokens[:, :8], 8, page_size=page_size)
+    assert out.shape == (2, 16) and out.dtype == jnp.int32
