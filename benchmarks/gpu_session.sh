@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # One device call: build with CUDA, run the GPU tests, the sanitizers and the
 # benchmark, keeping logs and JSON under $OUT (the device machine keeps nothing).
-#   bash benchmarks/gpu_session.sh [build] [test] [sanitize] [bench] [bench-grid] [bench-quick] [bench-float32] [smoke] [order] [ncu-packed] [ncu-packed-bwd] [ncu-options] [pack]
+#   bash benchmarks/gpu_session.sh [build] [test] [sanitize] [bench] [bench-grid] [bench-quick] [bench-float32]
+#     [smoke] [test-decode] [sanitize-decode] [bench-decode] [bench-generate] [ncu-decode] [order]
+#     [ncu-packed] [ncu-packed-bwd] [ncu-options] [pack]
+# sanitize runs every tests/cuda/sanitize*.sh (sanitize_sm90.sh: the warp-specialised forward).
 # JAX_FLASH_CUDA_ARCHS=90a builds for the H100 alone (half the compile time).
 # Needs the nvidia-cutlass wheel in .whl/ (carried; see README "Building for GPU").
 set -uo pipefail
@@ -106,6 +109,31 @@ for stage in $stages; do
       ncu --import "$OUT/options.ncu-rep" --page details --csv >"$OUT/options_details.csv" 2>&1
       ncu --import "$OUT/options.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip >"$OUT/options_source.csv.gz"
       rm -f "$OUT/options.ncu-rep"
+      ;;
+    test-decode)  # the KV-cache / split-KV decode tests (GPU and CPU)
+      XLA_FLAGS=--xla_gpu_autotune_level=0 timeout ${TEST_TIMEOUT:-240} python3 -P -m pytest -q -rfE \
+        tests/test_cuda_kvcache.py tests/test_kvcache.py 2>&1 | tee "$OUT/pytest_kvcache.log" | tail -15
+      ;;
+    sanitize-decode)  # memcheck over the paged, bad-page and append decode tests
+      timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 python3 -P -m pytest -q -x \
+        tests/test_cuda_kvcache.py -k "out_of_range or paged_equals or append" >"$OUT/memcheck_decode.log" 2>&1
+      echo "memcheck decode rc=$?" | tee -a "$OUT/summary.txt"
+      ;;
+    bench-decode)  # results/h100_decode.json
+      timeout ${BENCH_TIMEOUT:-300} python3 -P benchmarks/bench_decode.py --dtypes "${BENCH_DTYPES:-bfloat16}" \
+        ${SPLIT_SWEEP:+--split-sweep $SPLIT_SWEEP} --out "$OUT/h100_decode.json" 2>&1 | tee "$OUT/bench_decode.log"
+      ;;
+    bench-generate)  # results/h100_generate.json
+      timeout ${BENCH_TIMEOUT:-200} python3 -P benchmarks/bench_generate.py --out "$OUT/h100_generate.json" 2>&1 \
+        | tee "$OUT/bench_generate.log"
+      ;;
+    ncu-decode)  # one profiled split-kernel launch per bench_decode shape index (NCU_SHAPES)
+      for i in ${NCU_SHAPES:-0 8}; do
+        timeout 90 ncu --kernel-name regex:decode_kernel --launch-skip 2 --launch-count 1 --section SpeedOfLight \
+          --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy --section LaunchStats \
+          python3 -P benchmarks/bench_decode.py --shapes $i --impls jax_flash --time 0.01 >"$OUT/ncu_decode$i.txt" 2>&1
+        echo "ncu decode shape $i rc=$?" | tee -a "$OUT/summary.txt"
+      done
       ;;
     pack)  # at most 8 files come back from the device: everything else in one archive (last stage)
       tar czf /tmp/jf_session.tgz -C "$OUT" --exclude=summary.txt . && mv /tmp/jf_session.tgz "$OUT/session.tgz" &&
