@@ -118,18 +118,7 @@ cudaError_t run_bwd(const BwdParams& p, cudaStream_t stream) {
   if (p.seqlen_q > 0 && (!p.q || !p.o || !p.lse || !p.dout || !p.dq || !p.workspace))
     return cudaErrorInvalidValue;
   if (p.seqlen_k > 0 && (!p.k || !p.v || !p.dk || !p.dv)) return cudaErrorInvalidValue;
-  if (poison_outputs_enabled()) {
-    const size_t elem = p.dtype == DType::kFloat32 ? 4 : 2;
-    cudaError_t err = poison(p.dq, strided_span_bytes(p.batch, p.seqlen_q, p.heads_q, p.head_dim, p.dq_batch_stride,
-                                                      p.dq_row_stride, p.dq_head_stride, elem), stream);
-    if (err == cudaSuccess)
-      err = poison(p.dk, strided_span_bytes(p.batch, p.seqlen_k, p.heads_kv, p.head_dim, p.dk_batch_stride,
-                                            p.dk_row_stride, p.dk_head_stride, elem), stream);
-    if (err == cudaSuccess)
-      err = poison(p.dv, strided_span_bytes(p.batch, p.seqlen_k, p.heads_kv, p.head_dim, p.dv_batch_stride,
-                                            p.dv_row_stride, p.dv_head_stride, elem), stream);
-    if (err != cudaSuccess) return err;
-  }
+  if (const cudaError_t err = poison_bwd_outputs(p, stream); err != cudaSuccess) return err;
   const BwdLaunchFlags f = launch_flags(p);
   return with_dtype(p.dtype, [&](auto t) { return dispatch_bwd<decltype(t)::value>(p, f, stream); });
 }

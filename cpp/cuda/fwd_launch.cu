@@ -6,6 +6,7 @@
 
 #include "cuda/dtypes.h"
 #include "cuda/fwd_dispatch.h"
+#include "cuda/fwd_vector_ok.h"
 #include "cuda/head_dims.h"
 #include "cuda/launch.h"
 #include "cuda/poison.h"
@@ -14,21 +15,8 @@ namespace jax_flash::cuda {
 
 namespace {
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-
-// 16 B vector loads/stores are legal when every row start is 16 B aligned and
-// head_dim splits into whole 8-element chunks.
-bool vector_ok(const FwdParams& p) {
-  if (p.head_dim % 8 != 0) return false;
-  if (!aligned16(p.q) || !aligned16(p.k) || !aligned16(p.v) || !aligned16(p.o)) return false;
-  const int64_t strides[] = {p.q_batch_stride, p.q_row_stride, p.q_head_stride,
-                             p.k_batch_stride, p.k_row_stride, p.k_head_stride,
-                             p.v_batch_stride, p.v_row_stride, p.v_head_stride,
-                             p.o_batch_stride, p.o_row_stride, p.o_head_stride};
-  for (int64_t s : strides)
-    if (s % 8 != 0) return false;
-  return true;
-}
+// 16 B vector loads/stores are legal (cuda/fwd_vector_ok.h).
+bool vector_ok(const FwdParams& p) { return fwd_vector_ok(p); }
 
 template <DType kDType>
 cudaError_t dispatch_hdim(const FwdParams& p, bool vec, cudaStream_t stream) {
@@ -67,13 +55,7 @@ cudaError_t run_fwd(const FwdParams& p, cudaStream_t stream) {
   if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return cudaSuccess;  // nothing to write
   if (p.heads_q > 65535 || p.batch > 65535) return cudaErrorInvalidValue;     // grid y / z limits
   if (!p.q || !p.o || !p.lse || (p.seqlen_k > 0 && (!p.k || !p.v))) return cudaErrorInvalidValue;
-  if (poison_outputs_enabled()) {
-    const size_t elem = p.dtype == DType::kFloat32 ? 4 : 2;
-    cudaError_t err = poison(p.o, strided_span_bytes(p.batch, p.seqlen_q, p.heads_q, p.head_dim, p.o_batch_stride,
-                                                     p.o_row_stride, p.o_head_stride, elem), stream);
-    if (err == cudaSuccess) err = poison(p.lse, size_t(p.batch) * p.heads_q * p.seqlen_q * sizeof(float), stream);
-    if (err != cudaSuccess) return err;
-  }
+  if (const cudaError_t err = poison_fwd_outputs(p, stream); err != cudaSuccess) return err;
   const bool vec = vector_ok(p);
   return with_dtype(p.dtype, [&](auto t) { return dispatch_hdim<decltype(t)::value>(p, vec, stream); });
 }

@@ -9,6 +9,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda/fwd_dispatch.h"
+#include "cuda/fwd_vector_ok.h"
 #include "cuda/fwd_sm90_kernel.cuh"
 #include "cuda/sm90_ready.h"
 
@@ -55,18 +56,8 @@ template <int kHeadDim, DType kDType>
 using Sm90MasksTraits = Sm90Traits<kHeadDim, Sm90Tile<kHeadDim>::kN, Sm90ElementOf<kDType>, Sm90Tile<kHeadDim>::kOverlap,
                                    Sm90Tile<kHeadDim>::kLoadsFirst, Sm90Tile<kHeadDim>::kCtasPerSm, 2, true>;
 
-// 16 B vector copies legal: 16 B-aligned pointers, strides and head_dim in
-// whole 8-element chunks (the same rule as fwd_launch.cu's vector_ok).
-inline bool sm90_vector_ok(const FwdParams& p) {
-  auto a16 = [](const void* x) { return (reinterpret_cast<uintptr_t>(x) & 15u) == 0; };
-  if (p.head_dim % 8 != 0 || !a16(p.q) || !a16(p.k) || !a16(p.v) || !a16(p.o)) return false;
-  const int64_t strides[] = {p.q_batch_stride, p.q_row_stride, p.q_head_stride, p.k_batch_stride,
-                             p.k_row_stride,   p.k_head_stride, p.v_batch_stride, p.v_row_stride,
-                             p.v_head_stride,  p.o_batch_stride, p.o_row_stride, p.o_head_stride};
-  for (int64_t s : strides)
-    if (s % 8 != 0) return false;
-  return true;
-}
+// 16 B vector copies legal (cuda/fwd_vector_ok.h).
+inline bool sm90_vector_ok(const FwdParams& p) { return fwd_vector_ok(p); }
 
 // This instantiation can run here (cached per device; cuda/sm90_ready.h).
 template <class Traits>

@@ -11,6 +11,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include "params.h"
+
 namespace jax_flash::cuda {
 
 inline bool poison_outputs_enabled() {
@@ -34,6 +36,32 @@ inline size_t strided_span_bytes(int batch, int rows, int heads, int head_dim, i
 inline cudaError_t poison(void* ptr, size_t bytes, cudaStream_t stream) {
   if (ptr == nullptr || bytes == 0) return cudaSuccess;
   return cudaMemsetAsync(ptr, 0xFF, bytes, stream);
+}
+
+inline size_t element_bytes(DType t) { return t == DType::kFloat32 ? 4 : 2; }
+
+// o and lse of a forward, when poisoning is on.
+inline cudaError_t poison_fwd_outputs(const FwdParams& p, cudaStream_t stream) {
+  if (!poison_outputs_enabled()) return cudaSuccess;
+  cudaError_t err = poison(p.o, strided_span_bytes(p.batch, p.seqlen_q, p.heads_q, p.head_dim, p.o_batch_stride,
+                                                   p.o_row_stride, p.o_head_stride, element_bytes(p.dtype)), stream);
+  if (err == cudaSuccess) err = poison(p.lse, size_t(p.batch) * p.heads_q * p.seqlen_q * sizeof(float), stream);
+  return err;
+}
+
+// dq, dk and dv of a backward, when poisoning is on.
+inline cudaError_t poison_bwd_outputs(const BwdParams& p, cudaStream_t stream) {
+  if (!poison_outputs_enabled()) return cudaSuccess;
+  const size_t e = element_bytes(p.dtype);
+  cudaError_t err = poison(p.dq, strided_span_bytes(p.batch, p.seqlen_q, p.heads_q, p.head_dim, p.dq_batch_stride,
+                                                    p.dq_row_stride, p.dq_head_stride, e), stream);
+  if (err == cudaSuccess)
+    err = poison(p.dk, strided_span_bytes(p.batch, p.seqlen_k, p.heads_kv, p.head_dim, p.dk_batch_stride,
+                                          p.dk_row_stride, p.dk_head_stride, e), stream);
+  if (err == cudaSuccess)
+    err = poison(p.dv, strided_span_bytes(p.batch, p.seqlen_k, p.heads_kv, p.head_dim, p.dv_batch_stride,
+                                          p.dv_row_stride, p.dv_head_stride, e), stream);
+  return err;
 }
 
 }  // namespace jax_flash::cuda

@@ -10,6 +10,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda/fwd_dispatch.h"
+#include "cuda/fwd_vector_ok.h"
 #include "cuda/sm90/fwd_kernel.cuh"
 #include "cuda/sm90_ready.h"
 #include "cuda/tile_order.h"
@@ -22,16 +23,7 @@ template <DType kDType>
 using ElementOf = std::conditional_t<kDType == DType::kFloat16, cutlass::half_t, cutlass::bfloat16_t>;
 
 // TMA needs 16 B aligned bases and strides (head_dim in whole 16 B chunks).
-inline bool tma_ok(const FwdParams& p) {
-  auto a16 = [](const void* x) { return (reinterpret_cast<uintptr_t>(x) & 15u) == 0; };
-  if (p.head_dim % 8 != 0 || !a16(p.q) || !a16(p.k) || !a16(p.v) || !a16(p.o)) return false;
-  const int64_t strides[] = {p.q_batch_stride, p.q_row_stride, p.q_head_stride, p.k_batch_stride,
-                             p.k_row_stride,   p.k_head_stride, p.v_batch_stride, p.v_row_stride,
-                             p.v_head_stride,  p.o_batch_stride, p.o_row_stride, p.o_head_stride};
-  for (int64_t s : strides)
-    if (s % 8 != 0) return false;
-  return true;
-}
+inline bool tma_ok(const FwdParams& p) { return fwd_vector_ok(p); }
 
 inline int sm_count() {
   static std::atomic<int> cached[32] = {};

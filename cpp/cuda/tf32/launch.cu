@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "cuda/head_dims.h"
+#include "cuda/poison.h"
 #include "cuda/tf32_dispatch.h"
 
 namespace jax_flash::cuda {
@@ -89,6 +90,7 @@ cudaError_t run_fwd_tf32(const FwdParams& p, cudaStream_t stream) {
   if (p.dtype != DType::kFloat32 || !tf32_supports(p.head_dim) || !sizes_ok(p)) return cudaErrorInvalidValue;
   if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return cudaSuccess;  // nothing to write
   if (!p.q || !p.o || !p.lse || (p.seqlen_k > 0 && (!p.k || !p.v))) return cudaErrorInvalidValue;
+  if (const cudaError_t err = poison_fwd_outputs(p, stream); err != cudaSuccess) return err;
   const int64_t none[3] = {0, 0, 0};
   const bool vec = vec_ok(p, nullptr, none);
   return with_tf32_dim(p.head_dim, [&](auto d) { return run_fwd_tf32_hdim<decltype(d)::value>(p, vec, stream); });
@@ -105,6 +107,7 @@ cudaError_t run_bwd_tf32(const BwdParams& p, cudaStream_t stream) {
   if (p.seqlen_q > 0 && (!p.q || !p.o || !p.lse || !p.dout || !p.dq || !p.workspace))
     return cudaErrorInvalidValue;
   if (p.seqlen_k > 0 && (!p.k || !p.v || !p.dk || !p.dv)) return cudaErrorInvalidValue;
+  if (const cudaError_t err = poison_bwd_outputs(p, stream); err != cudaSuccess) return err;
   const int64_t do_strides[3] = {p.do_batch_stride, p.do_row_stride, p.do_head_stride};
   const bool vec = vec_ok(p, p.dout, do_strides);
   return with_tf32_dim(p.head_dim, [&](auto d) { return run_bwd_tf32_hdim<decltype(d)::value>(p, vec, stream); });
