@@ -9,6 +9,7 @@
 #include <cute/atom/copy_traits_sm90.hpp>
 #include <cutlass/arch/barrier.h>
 
+#include "cuda/sm90/fwd_params.cuh"
 #include "cuda/utils.cuh"
 #include "params.h"
 
@@ -74,7 +75,7 @@ __device__ __forceinline__ void store_o_tma(const typename Cfg::TmaO& tma_o, typ
   cutlass::arch::fence_view_async_shared();  // generic-proxy writes -> the TMA unit's reads
   asm volatile("bar.sync %0, 128;\n" ::"r"(bar) : "memory");
   if (wtid == 0) {
-    Tensor mO = tma_o.get_tma_tensor(make_shape(int32_t(p.seqlen_q), int32_t(p.head_dim), int32_t(p.heads_q), int32_t(p.batch)));
+    Tensor mO = tma_o.get_tma_tensor(gmem_shape(p.seqlen_q, p.head_dim, p.heads_q, p.batch));
     Tensor gO = local_tile(mO(_, _, head, batch), Shape<_64, Int<Cfg::kHeadDim>>{}, make_coord(Cfg::kConsumerWarpgroups * m_block + wg, _0{}));
     auto part = tma_partition(tma_o, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sO), group_modes<0, 2>(gO));
     copy(tma_o, get<1>(part), get<0>(part));

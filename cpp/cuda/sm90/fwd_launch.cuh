@@ -50,7 +50,7 @@ cudaError_t launch_fwd_ws(const FwdParams& p, cudaStream_t stream) {
   FwdKernelParams<Cfg> kp;
   auto gmem = [](const void* ptr, int rows, const FwdParams& p, int heads, int64_t row, int64_t head, int64_t batch) {
     return make_tensor(make_gmem_ptr(static_cast<Element const*>(ptr)),
-                       make_layout(gmem_shape<Cfg>(rows, p.head_dim, heads, p.batch), make_stride(row, _1{}, head, batch)));
+                       make_layout(gmem_shape(rows, p.head_dim, heads, p.batch), make_stride(row, _1{}, head, batch)));
   };
   kp.tma_q = make_tma_copy(SM90_TMA_LOAD{}, gmem(p.q, p.seqlen_q, p, p.heads_q, p.q_row_stride, p.q_head_stride, p.q_batch_stride),
                            typename Cfg::SmemLayoutQ{}, Shape<Int<Cfg::kBlockM>, Int<Cfg::kHeadDim>>{}, _1{});
@@ -60,7 +60,7 @@ cudaError_t launch_fwd_ws(const FwdParams& p, cudaStream_t stream) {
                            take<0, 2>(typename Cfg::SmemLayoutKV{}), Shape<Int<Cfg::kBlockN>, Int<Cfg::kHeadDim>>{}, _1{});
   kp.tma_o = make_tma_copy(SM90_TMA_STORE{},
                            make_tensor(make_gmem_ptr(static_cast<Element*>(p.o)),
-                                       make_layout(gmem_shape<Cfg>(p.seqlen_q, p.head_dim, p.heads_q, p.batch),
+                                       make_layout(gmem_shape(p.seqlen_q, p.head_dim, p.heads_q, p.batch),
                                                    make_stride(p.o_row_stride, _1{}, p.o_head_stride, p.o_batch_stride))),
                            typename Cfg::SmemLayoutOHalf{}, Shape<_64, Int<Cfg::kHeadDim>>{}, _1{});
   kp.p = p;

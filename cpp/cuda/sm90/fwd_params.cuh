@@ -19,8 +19,7 @@ struct FwdKernelParams {
   TileScheduler sched;
 };
 
-// The TMA's view of q / k / v: (rows, head_dim, heads, batch).
-template <class Cfg>
+// The TMA's view of q / k / v / o: (rows, head_dim, heads, batch).
 __host__ __device__ inline auto gmem_shape(int rows, int head_dim, int heads, int batch) {
   return make_shape(int32_t(rows), int32_t(head_dim), int32_t(heads), int32_t(batch));
 }

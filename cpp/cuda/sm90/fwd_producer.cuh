@@ -30,9 +30,9 @@ __device__ __forceinline__ void fwd_produce(const FwdKernelParams<Cfg>& kp, type
   Tensor sQ = make_tensor(make_smem_ptr(ss.q.data()), typename Cfg::SmemLayoutQ{});
   Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), typename Cfg::SmemLayoutKV{});
   Tensor sV = make_tensor(make_smem_ptr(ss.v.data()), typename Cfg::SmemLayoutKV{});
-  Tensor mQ = kp.tma_q.get_tma_tensor(gmem_shape<Cfg>(p.seqlen_q, p.head_dim, p.heads_q, p.batch));
-  Tensor mK = kp.tma_k.get_tma_tensor(gmem_shape<Cfg>(p.seqlen_k, p.head_dim, p.heads_kv, p.batch));
-  Tensor mV = kp.tma_v.get_tma_tensor(gmem_shape<Cfg>(p.seqlen_k, p.head_dim, p.heads_kv, p.batch));
+  Tensor mQ = kp.tma_q.get_tma_tensor(gmem_shape(p.seqlen_q, p.head_dim, p.heads_q, p.batch));
+  Tensor mK = kp.tma_k.get_tma_tensor(gmem_shape(p.seqlen_k, p.head_dim, p.heads_kv, p.batch));
+  Tensor mV = kp.tma_v.get_tma_tensor(gmem_shape(p.seqlen_k, p.head_dim, p.heads_kv, p.batch));
   const int group = p.heads_q / p.heads_kv;
 
   RingState<Cfg::kStages> k_ring, v_ring;
