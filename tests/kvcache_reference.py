@@ -23,6 +23,17 @@ def to_paged(cache, page_size, rng, spare_pages=3):
     return paged, perm
 
 
+def paged_with_table(cache, page_table, page_size, base):
+    """`cache` [batch, capacity, ...] written into the pages of `page_table` (as
+    to_paged laid out another cache) over a copy of `base` (the pool, whose
+    pages outside the table keep its contents)."""
+    out = np.array(base, copy=True)
+    for bi in range(page_table.shape[0]):
+        for j in range(page_table.shape[1]):
+            out[page_table[bi, j]] = cache[bi, j * page_size:(j + 1) * page_size]
+    return out
+
+
 def dense_view(cache, page_table, capacity):
     """[B, capacity, H, D] float32 view of a paged cache (zeros, and a False
     `valid` flag, for positions in out-of-range pages)."""

@@ -10,7 +10,7 @@ import pytest
 
 import jax_flash
 from jax_flash import _ffi
-from kvcache_reference import reference, to_paged
+from kvcache_reference import paged_with_table, reference, to_paged
 
 pytestmark = pytest.mark.gpu
 
@@ -77,10 +77,7 @@ def test_paged_equals_contiguous_random_pages(dtype, page_size):
     rng, q, kc, vc, _, _ = _inputs(page_size, b, sq, hq, hkv, d, cap, dtype)
     lens = jnp.asarray([cap - 2, 0, page_size + 5], jnp.int32)
     kp, pt = to_paged(np.asarray(kc), page_size, rng)
-    vp = np.asarray(kp).copy()
-    for bi in range(b):
-        for j in range(pt.shape[1]):
-            vp[pt[bi, j]] = np.asarray(vc)[bi, j * page_size:(j + 1) * page_size]
+    vp = paged_with_table(np.asarray(vc), pt, page_size, kp)  # v in k's pages
     oc = jax_flash.attention_with_kvcache(q, kc, vc, lens)
     op = jax_flash.attention_with_kvcache(q, jnp.asarray(kp), jnp.asarray(vp), lens,
                                           page_table=jnp.asarray(pt))
@@ -97,10 +94,7 @@ def test_append_and_donation(paged):
     kw = {}
     if paged:
         kp, pt = to_paged(np.asarray(kc), ps, rng)
-        vp = np.asarray(kp).copy()
-        for bi in range(b):
-            for j in range(pt.shape[1]):
-                vp[pt[bi, j]] = np.asarray(vc)[bi, j * ps:(j + 1) * ps]
+        vp = paged_with_table(np.asarray(vc), pt, ps, kp)
         kc, vc = jnp.asarray(kp), jnp.asarray(vp)
         kw["page_table"] = jnp.asarray(pt)
     ro, _, rk, rv = reference(q, kc, vc, lens, k=kn, v=vn, page_table=kw.get("page_table"))

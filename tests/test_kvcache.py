@@ -11,7 +11,7 @@ import pytest
 
 import jax_flash
 from jax_flash.kvcache import num_splits
-from kvcache_reference import reference, to_paged
+from kvcache_reference import paged_with_table, reference, to_paged
 
 TOL = {jnp.float32: 2e-5, jnp.bfloat16: 2e-2, jnp.float16: 4e-3}
 
@@ -66,12 +66,7 @@ def test_paged_equals_contiguous_random_pages(dtype, page_size):
     rng, q, kc, vc, _, _ = _inputs(3, b, sq, hq, hkv, d, cap, dtype)
     lens = jnp.asarray([cap - sq, 0, page_size + 3], jnp.int32)
     kp, pt = to_paged(np.asarray(kc), page_size, rng)
-    vp, _ = to_paged(np.asarray(vc), page_size, np.random.default_rng(3))
-    # the same permutation for v: rebuild from k's page table
-    vp = np.zeros_like(kp)
-    for bi in range(b):
-        for j in range(pt.shape[1]):
-            vp[pt[bi, j]] = np.asarray(vc)[bi, j * page_size:(j + 1) * page_size]
+    vp = paged_with_table(np.asarray(vc), pt, page_size, np.zeros_like(kp))  # v in k's pages
     oc = jax_flash.attention_with_kvcache(q, kc, vc, lens)
     op = jax_flash.attention_with_kvcache(q, jnp.asarray(kp), jnp.asarray(vp), lens,
                                           page_table=jnp.asarray(pt))
@@ -89,11 +84,8 @@ def test_append_writes_new_rows_and_keeps_the_rest(paged, sq):
     kwargs = {}
     if paged:
         kp, pt = to_paged(np.asarray(kc), ps, rng)
-        vp = np.asarray(jnp.zeros_like(jnp.asarray(kp)))
-        vp = rng.standard_normal(kp.shape).astype(kp.dtype)
-        for bi in range(b):
-            for j in range(pt.shape[1]):
-                vp[pt[bi, j]] = np.asarray(vc)[bi, j * ps:(j + 1) * ps]
+        # spare pages hold random values, which the append must leave alone
+        vp = paged_with_table(np.asarray(vc), pt, ps, rng.standard_normal(kp.shape).astype(kp.dtype))
         kc_in, vc_in = jnp.asarray(kp), jnp.asarray(vp)
         kwargs["page_table"] = jnp.asarray(pt)
     else:
