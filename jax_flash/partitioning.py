@@ -154,7 +154,9 @@ def _bwd_workspace_floats(q, deterministic: bool, variants: bool) -> int:
     (cpp/cuda/bwd_dispatch.h): in atomic mode no slack is needed when the row
     count is a multiple of 64 floats (then this is no bigger than cuDNN's
     scratch), else 128 floats per element cover both round-ups (batch >= 1);
-    the counters' region adds 64 more."""
+    the counters' region adds 64 more. The accumulator's rows are padded per
+    head to whole 128-row tiles (the Hopper kernel reduces a tile at a time),
+    which costs nothing when seqlen_q is a multiple of 128."""
     sq, hq, d = q.shape[-3:]
     if jnp.dtype(q.dtype) == jnp.dtype(jnp.float32):
         return hq * sq  # the float32 (TF32) backward needs D alone (no dQ accumulator)
@@ -164,7 +166,8 @@ def _bwd_workspace_floats(q, deterministic: bool, variants: bool) -> int:
     ordered = deterministic and d_pad in (64, 128)
     accum = d_pad if (ordered or not deterministic) else 0
     counters = hq * -(-sq // 64) + 64 if ordered else 0
-    return hq * sq * (1 + accum) + counters + slack
+    sq_pad = -(-sq // 128) * 128
+    return hq * sq + hq * sq_pad * accum + counters + slack
 
 
 def ffi_bwd(q, k, v, o, lse, do, scale: float, causal, deterministic: bool,

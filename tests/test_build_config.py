@@ -137,11 +137,12 @@ def test_gpu_tests_skip_head_dims_this_build_lacks(monkeypatch):
 
 def _cuda_workspace_bytes(batch, hq, sq, d_pad, deterministic):
     """cpp/cuda/bwd_dispatch.h: each region rounded up to 256 B over the batch;
-    deterministic mode keeps the accumulator, plus order counters, at 64/128."""
+    deterministic mode keeps the accumulator, plus order counters, at 64/128;
+    the accumulator's rows are padded per head to whole 128-row tiles."""
     up = lambda n: (n + 255) // 256 * 256
     rows = batch * hq * sq
     ordered = deterministic and d_pad in (64, 128)
-    accum = up(4 * rows * d_pad) if (ordered or not deterministic) else 0
+    accum = up(4 * batch * hq * -(-sq // 128) * 128 * d_pad) if (ordered or not deterministic) else 0
     counters = up(4 * batch * hq * -(-sq // 64)) if ordered else 0
     return up(4 * rows) + accum + counters
 

@@ -62,8 +62,9 @@ cudaError_t run_bwd_sm90_wide_hdim(const BwdParams& params, BwdLaunchFlags flags
 template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_dq_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream);
 
-// Workspace: [dsum: B*Hq*Sq floats][dq accumulator: B*Hq*Sq*kHeadDim floats]
-// [order counters: B*Hq*ceil(Sq/64) ints], each part 256 B aligned. The
+// Workspace: [dsum: B*Hq*Sq floats][dq accumulator: B*Hq*Sq'*kHeadDim floats]
+// [order counters: B*Hq*ceil(Sq/64) ints], each part 256 B aligned, where
+// Sq' is Sq rounded up to whole kBwdRowPad tiles (below). The
 // accumulator is there in atomic mode, and in deterministic mode where the
 // Hopper kernel may run it (padded head dims 64 and 128: plain attention and
 // the masks-only variants without segment ids; sized for any variant there),
@@ -77,9 +78,14 @@ inline bool bwd_det_ordered(const BwdParams& p, int padded_head_dim) {
 inline size_t bwd_dsum_bytes(const BwdParams& p) {
   return bwd_align256(sizeof(float) * size_t(p.batch) * size_t(p.heads_q) * size_t(p.seqlen_q));
 }
+// The accumulator's rows per (batch, q head) are padded to whole 128-row
+// tiles: the warp-specialised Hopper kernel reduces into it a tile at a
+// time (sm90/bwd_dq.cuh); the other kernels use the first seqlen_q rows.
+inline constexpr int kBwdRowPad = 128;
+inline int bwd_padded_rows(int seqlen_q) { return (seqlen_q + kBwdRowPad - 1) / kBwdRowPad * kBwdRowPad; }
 inline size_t bwd_accum_bytes(const BwdParams& p, int padded_head_dim) {
   if (p.deterministic && !bwd_det_ordered(p, padded_head_dim)) return 0;
-  return bwd_align256(sizeof(float) * size_t(p.batch) * size_t(p.heads_q) * size_t(p.seqlen_q) *
+  return bwd_align256(sizeof(float) * size_t(p.batch) * size_t(p.heads_q) * size_t(bwd_padded_rows(p.seqlen_q)) *
                       size_t(padded_head_dim));
 }
 inline size_t bwd_order_bytes(const BwdParams& p, int padded_head_dim) {

@@ -11,11 +11,13 @@
 #pragma once
 
 #include <atomic>
+#include <cstdlib>
 
 #include <cuda_runtime_api.h>
 
 #include "cuda/bwd_launch_template.cuh"  // launch_preprocess, ElementOf, BwdLaunchFlags
 #include "cuda/bwd_sm90_kernel.cuh"
+#include "cuda/sm90/bwd_launch.cuh"
 #include "cuda/sm90_ready.h"
 
 namespace jax_flash::cuda {
@@ -104,9 +106,20 @@ cudaError_t launch_bwd_sm90(const BwdParams& p, BwdLaunchFlags flags, cudaStream
 template <int kHeadDim>
 inline constexpr int kBwdSm90BlockM = kHeadDim <= 64 ? 128 : 64;
 
-// Plain attention, vector-aligned inputs (else NotSupported).
+// Plain attention, vector-aligned inputs (else NotSupported): the
+// warp-specialised kernel (sm90/bwd_kernel.cuh) in atomic mode, this one in
+// deterministic mode.
 template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_sm90_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream) {
+  static const bool ws = [] {
+    const char* e = std::getenv("JAX_FLASH_BWD_WS");
+    return e == nullptr || e[0] != '0';
+  }();
+  if (ws) {
+    const cudaError_t err =
+        sm90::launch_bwd_ws<sm90::BwdConfig<kHeadDim, bwd::ElementOf<kDType>>>(params, flags, stream);
+    if (err != cudaErrorNotSupported) return err;
+  }
   using Traits = bwd90::BwdSm90Traits<kHeadDim, bwd::ElementOf<kDType>, true, false, false,
                                       kBwdSm90BlockM<kHeadDim>>;
   return bwd90::launch_bwd_sm90<Traits>(params, flags, stream);

@@ -1,0 +1,117 @@
+// Compile-time shape of the warp-specialised Hopper backward: tiles per head
+// dim, shared-memory layouts, the three wgmma tiled MMAs, the TMA copy types
+// and the shared storage. Only nvcc (sm_90a units) includes it.
+//
+// A CTA owns 128 keys of one kv head (64 per consumer warpgroup, the wgmma
+// M of every key-major product) and walks the query tiles of the q heads of
+// its group. The key-major products (S^T = K Q^T, dP^T = V dO^T) leave P^T
+// and dS^T in the accumulator layout that the register A operand of
+// dV += P^T dO and dK += dS^T Q wants; only dS goes through shared memory,
+// for dQ = dS K.
+#pragma once
+
+#include <cstdint>
+
+#include <cute/tensor.hpp>
+#include <cute/atom/copy_traits_sm90_tma.hpp>
+#include <cute/atom/mma_atom.hpp>
+#include <cute/atom/mma_traits_sm90_gmma.hpp>
+#include <cute/container/array_aligned.hpp>
+#include <cutlass/numeric_types.h>
+
+namespace jax_flash::cuda::sm90 {
+
+using namespace cute;
+
+// Query rows per step. Registers per consumer thread: dK + dV (D/2 each),
+// S^T + dP^T (BM/2 each) and dQ (BM D / 256) floats under setmaxnreg's 240:
+// d64 takes 128 rows (64-row steps leave too little work per handshake),
+// d128 64.
+template <int D> struct BwdTile;
+template <> struct BwdTile<64>  { static constexpr int kM = 128; };
+template <> struct BwdTile<128> { static constexpr int kM = 64; };
+
+template <int kHeadDim_, class Element_>
+struct BwdConfig {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = BwdTile<kHeadDim>::kM;
+  static constexpr int kBlockN = 128;
+  static constexpr int kStages = 2;  // Q / dO / LSE / D ring
+  static constexpr int kConsumerThreads = 256;
+  static constexpr int kThreads = 128 + kConsumerThreads;  // warpgroup 0: TMA producer and dQ writer
+  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+  static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumerThreads <= 65536);
+
+  // S^T, dP^T (BN, BM): A = K / V (BN, D), B = Q / dO (BM, D), K-major both.
+  using TiledMmaSdP = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kBlockM>, Int<kHeadDim>>>(),
+      Layout<Shape<_2, _1, _1>>{}));
+  // dV, dK (BN, D) += P^T / dS^T (registers) times dO / Q seen as (D, BM).
+  using TiledMmadKV = decltype(make_tiled_mma(
+      GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockM>>, GMMA::Major::K,
+                           GMMA::Major::MN>(),
+      Layout<Shape<_2, _1, _1>>{}));
+  // dQ (BM, D) = dS (BM, BN) K (BN, D), both operands MN-major views; the
+  // warpgroups split the head dim.
+  using TiledMmadQ = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim / 2>, Int<kBlockN>>, GMMA::Major::MN,
+                           GMMA::Major::MN>(),
+      Layout<Shape<_1, _2, _1>>{}));
+
+  using SmemAtom = GMMA::Layout_K_SW128_Atom<Element>;
+  // Q / dO (BM, D, stage) and the (D, BM, stage) view.
+  using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>, Int<kStages>>{}));
+  using SmemLayoutQt = decltype(composition(
+      SmemLayoutQ{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockM>, Int<kStages>>{}, Step<_2, _1, _3>{})));
+  // K / V (BN, D) and the (D, BN) view.
+  using SmemLayoutK = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+  using SmemLayoutKt = decltype(composition(
+      SmemLayoutK{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, Step<_2, _1>{})));
+  // dS^T (BN, BM, stage), queries contiguous as its accumulator holds it,
+  // and the (BM, BN, stage) view dQ reads. Two buffers: a warpgroup may
+  // write the next step's while the other's dQ wgmma still reads this one.
+  using SmemLayoutdSt = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockN>, Int<kBlockM>, Int<kStages>>{}));
+  using SmemLayoutdS = decltype(composition(
+      SmemLayoutdSt{}, make_ordered_layout(Shape<Int<kBlockM>, Int<kBlockN>, Int<kStages>>{}, Step<_2, _1, _3>{})));
+
+  using GmemLayout = Layout<Shape<int32_t, int32_t, int32_t, int32_t>, Stride<int64_t, _1, int64_t, int64_t>>;
+  using GmemTensor = decltype(make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemLayout{}));
+  using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutQ{}),
+                                      Shape<Int<kBlockM>, Int<kHeadDim>>{}, _1{}));
+  using TmaK = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutK{},
+                                      Shape<Int<kBlockN>, Int<kHeadDim>>{}, _1{}));
+
+  static constexpr uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
+  static constexpr uint32_t kKBytes = kBlockN * kHeadDim * sizeof(Element);
+  static_assert(kBlockM % 32 == 0);  // the producer warp's lanes load LSE and D
+  // The dQ tile in the order the consumer threads hold it (bwd_dq.cuh).
+  static constexpr int kDqFloats = kBlockM * kHeadDim;
+
+  struct SharedStorage {
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> dout;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> v;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutdSt>, 1024> ds;
+    cute::array_aligned<float, kDqFloats, 128> dq;
+    alignas(16) float lse2[kStages][kBlockM];
+    alignas(16) float dsum[kStages][kBlockM];
+    // kv_full: K and V landed (once). full[s]: stage s's Q and dO landed
+    // and the producer warp stored its LSE and D; empty[s]: every consumer
+    // thread is done with it.
+    alignas(8) uint64_t kv_full;
+    uint64_t full[kStages], empty[kStages];
+  };
+  static constexpr int kSmemBytes = int(sizeof(SharedStorage));
+  static_assert(kSmemBytes <= 227 * 1024);
+};
+
+// Named barriers of the backward (0 is __syncthreads): both consumer
+// warpgroups' dS^T halves are in shared memory; the dQ tile is staged (the
+// consumers arrive, the writer warp waits); the writer has read it (the
+// writer arrives, the consumers wait).
+inline constexpr int kBarDsReady = 1, kBarDqFull = 2, kBarDqEmpty = 3;
+inline constexpr int kDqBarThreads = 256 + 32;
+
+}  // namespace jax_flash::cuda::sm90

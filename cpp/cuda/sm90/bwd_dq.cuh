@@ -1,0 +1,92 @@
+// dQ of the warp-specialised Hopper backward. Each step the consumers stage
+// their float32 dQ tile in shared memory and a writer warp adds the whole
+// tile to the workspace accumulator with one bulk reduce copy, off the
+// consumers' path. The tile is stored in the order the consumer threads
+// hold it (float4 i of thread t at (i * 256 + t) * 4): conflict-free
+// stores, and one contiguous run of the accumulator per tile. A convert
+// kernel reads it back the same way and writes dq = scale * dQ.
+#pragma once
+
+#include <cstdint>
+
+#include <cute/tensor.hpp>
+
+#include "cuda/bwd_common.cuh"  // store_acc
+#include "cuda/sm90/bwd_params.cuh"
+#include "cuda/sm90/pipeline.cuh"
+
+namespace jax_flash::cuda::sm90 {
+
+// global += shared (f32), `bytes` a multiple of 16; one bulk async group.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* gmem, const float* smem, int bytes) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(gmem), "r"(s),
+               "r"(bytes)
+               : "memory");
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+
+// Consumer thread ct's dQ accumulator fragment into (or out of) the staged
+// order.
+template <int kThreads, class Acc>
+__device__ __forceinline__ void dq_to_staged(const Acc& acc, float* staged, int ct) {
+  static_assert(decltype(size(acc))::value % 4 == 0);
+  CUTE_UNROLL
+  for (int i = 0; i < size(acc); i += 4)
+    *reinterpret_cast<float4*>(staged + (i / 4 * kThreads + ct) * 4) = make_float4(acc(i), acc(i + 1), acc(i + 2), acc(i + 3));
+}
+template <int kThreads, class Acc>
+__device__ __forceinline__ void dq_from_staged(Acc& acc, const float* staged, int ct) {
+  CUTE_UNROLL
+  for (int i = 0; i < size(acc); i += 4) {
+    const float4 v = *reinterpret_cast<const float4*>(staged + (i / 4 * kThreads + ct) * 4);
+    acc(i) = v.x;
+    acc(i + 1) = v.y;
+    acc(i + 2) = v.z;
+    acc(i + 3) = v.w;
+  }
+}
+
+// The writer warp (all 32 lanes take the barriers, lane 0 issues): per
+// step, wait for the staged tile, reduce it into the accumulator, and hand
+// the buffer back once the copy has read it (not after the last step: the
+// consumers wait for every hand-back but the first buffer's).
+template <class Cfg, class Work>
+__device__ __forceinline__ void bwd_write_dq(const BwdKernelParams<Cfg>& kp, typename Cfg::SharedStorage& ss,
+                                             const Work& w, int lane) {
+  constexpr int M = Cfg::kBlockM, D = Cfg::kHeadDim;
+  for (int step = 0; step < w.steps; ++step) {
+    named_sync(kBarDqFull, kDqBarThreads);
+    if (lane == 0) {
+      const int64_t row = (int64_t(w.batch) * kp.p.heads_q + w.head(step)) * kp.rows_pad + int64_t(w.m_block(step)) * M;
+      bulk_reduce_add_f32(kp.dq_accum + row * D, ss.dq.data(), Cfg::kDqFloats * int(sizeof(float)));
+      bulk_wait_read();
+    }
+    __syncwarp();
+    if (step + 1 < w.steps) named_arrive(kBarDqEmpty, kDqBarThreads);
+  }
+  if (lane == 0) bulk_wait_all();
+}
+
+// dq = scale * accumulator: one CTA of 256 threads per (query tile, q head,
+// batch), thread t reading what consumer thread t staged.
+template <class Cfg>
+__global__ void __launch_bounds__(256) bwd_dq_convert_kernel(const BwdParams p, const float* __restrict__ dq_accum,
+                                                             int rows_pad, bool pair_ok) {
+  using Element = typename Cfg::Element;
+  constexpr int M = Cfg::kBlockM, D = Cfg::kHeadDim;
+  const int ct = threadIdx.x;
+  const int m0 = blockIdx.x * M, h = blockIdx.y, b = blockIdx.z;
+  typename Cfg::TiledMmadQ mma_dq;
+  auto thr = mma_dq.get_thread_slice(ct);
+  Tensor acc = partition_fragment_C(mma_dq, Shape<Int<M>, Int<D>>{});
+  Tensor coords = thr.partition_C(make_identity_tensor(Shape<Int<M>, Int<D>>{}));
+  const int64_t row = (int64_t(b) * p.heads_q + h) * rows_pad + m0;
+  dq_from_staged<256>(acc, dq_accum + row * D, ct);
+  Element* dq = static_cast<Element*>(p.dq) + b * p.dq_batch_stride + int64_t(m0) * p.dq_row_stride + h * p.dq_head_stride;
+  bwd::store_acc(acc, coords, dq, p.dq_row_stride, p.seqlen_q - m0, D, p.scale, pair_ok);
+}
+
+}  // namespace jax_flash::cuda::sm90

@@ -1,0 +1,73 @@
+// The warp-specialised Hopper (sm_90a) backward for plain attention (full
+// or causal, GQA, any sequence lengths), atomic-free within a CTA and with
+// dQ reduced by whole tiles: FlashAttention-3's shape.
+// - Warpgroup 0 gives up registers (setmaxnreg). Its warp 0 is the
+//   producer (bwd_producer.cuh); its warp 1 is the dQ writer (bwd_dq.cuh).
+// - Warpgroups 1 and 2 are the consumers, 64 keys each of the CTA's 128
+//   (bwd_mainloop.cuh); they store dK and dV at the end.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/reg_reconfig.h>
+
+#include "cuda/bwd_sm90_common.cuh"  // store_dkdv
+#include "cuda/sm90/bwd_dq.cuh"
+#include "cuda/sm90/bwd_mainloop.cuh"
+#include "cuda/sm90/bwd_params.cuh"
+#include "cuda/sm90/bwd_producer.cuh"
+#include "cuda/sm90/bwd_scheduler.cuh"
+#include "cuda/sm90/pipeline.cuh"
+
+namespace jax_flash::cuda::sm90 {
+
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_ws_kernel(const __grid_constant__ BwdKernelParams<Cfg> kp) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Element = typename Cfg::Element;
+  using Storage = typename Cfg::SharedStorage;
+  constexpr int N = Cfg::kBlockN, D = Cfg::kHeadDim;
+  extern __shared__ __align__(1024) char smem_raw[];
+  Storage& ss = *reinterpret_cast<Storage*>(smem_raw);
+  const int tid = threadIdx.x;
+  const int warpgroup = tid / 128;
+
+  if (tid == 0) {
+    prefetch_tma_descriptor(kp.tma_q.get_tma_descriptor());
+    prefetch_tma_descriptor(kp.tma_do.get_tma_descriptor());
+    prefetch_tma_descriptor(kp.tma_k.get_tma_descriptor());
+    prefetch_tma_descriptor(kp.tma_v.get_tma_descriptor());
+    barrier_init(ss.kv_full, 1);
+#pragma unroll
+    for (int s = 0; s < Cfg::kStages; ++s) {
+      barrier_init(ss.full[s], 32);  // the producer warp's lanes
+      barrier_init(ss.empty[s], Cfg::kConsumerThreads);
+    }
+    cutlass::arch::fence_barrier_init();
+  }
+  __syncthreads();
+  const BwdWork<Cfg::kBlockM, N> w(kp.p, kp.order_group);
+
+  if (warpgroup == 0) {
+    cutlass::arch::warpgroup_reg_dealloc<Cfg::kProducerRegs>();
+    const int warp = tid / 32;
+    if (warp == 0) bwd_produce<Cfg>(kp, ss, w, tid % 32);
+    if (warp == 1) bwd_write_dq<Cfg>(kp, ss, w, tid % 32);
+    return;
+  }
+  cutlass::arch::warpgroup_reg_alloc<Cfg::kConsumerRegs>();
+  BwdMainloop<Cfg> mainloop(tid - 128);
+  typename BwdMainloop<Cfg>::AccKV acc_dk, acc_dv;
+  clear(acc_dk);
+  clear(acc_dv);
+  mainloop.run(kp, ss, w, acc_dk, acc_dv);
+  Tensor tKVc = mainloop.mma_dkv.get_thread_slice(mainloop.ct).partition_C(make_identity_tensor(Shape<Int<N>, Int<D>>{}));
+  const int n0 = w.n_block * N;
+  bwd90::store_dkdv<Element, D>(acc_dk, acc_dv, tKVc, kp.p, w.batch, w.head_kv, n0, kp.p.seqlen_k - n0, kp.pair_ok);
+#else
+#if defined(__CUDA_ARCH__)
+  __trap();  // not built for sm_90a: the host never launches this
+#endif
+#endif
+}
+
+}  // namespace jax_flash::cuda::sm90

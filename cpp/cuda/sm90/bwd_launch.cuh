@@ -1,0 +1,75 @@
+// Host side of the warp-specialised Hopper backward: which calls it takes,
+// the TMA descriptors, the launch sequence (the D pre-pass, the accumulator
+// clear, the kernel, the dQ convert). Included only by
+// instantiations/bwd_sm90_hdim*_*.cu.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+
+#include <cuda_runtime_api.h>
+
+#include "cuda/bwd_dispatch.h"
+#include "cuda/bwd_launch_template.cuh"  // launch_preprocess, rows_vec_ok, BwdLaunchFlags
+#include "cuda/sm90/bwd_kernel.cuh"
+#include "cuda/sm90_ready.h"
+#include "cuda/tile_order.h"
+
+namespace jax_flash::cuda::sm90 {
+
+// Plain attention in atomic mode, head_dim == the config's, 16 B aligned
+// rows (TMA), seqlen_q and seqlen_k > 0; else cudaErrorNotSupported (the
+// caller runs the older kernels).
+template <class Cfg>
+cudaError_t launch_bwd_ws(const BwdParams& p, BwdLaunchFlags flags, cudaStream_t stream) {
+  using Element = typename Cfg::Element;
+  constexpr int M = Cfg::kBlockM, N = Cfg::kBlockN, D = Cfg::kHeadDim;
+  if (p.deterministic || p.head_dim != D || !flags.vec_ok || p.seqlen_q <= 0 || p.seqlen_k <= 0)
+    return cudaErrorNotSupported;
+  if (!bwd::rows_vec_ok(p.o, p.head_dim, p.o_batch_stride, p.o_row_stride, p.o_head_stride))
+    return cudaErrorNotSupported;
+  static std::atomic<unsigned long long> ready{0};
+  if (!sm90_kernel_ready(&bwd_ws_kernel<Cfg>, Cfg::kSmemBytes, ready)) return cudaErrorNotSupported;
+  static_assert(kBwdRowPad % M == 0);
+  const int rows_pad = bwd_padded_rows(p.seqlen_q);
+  char* ws = static_cast<char*>(p.workspace);
+  float* dsum = reinterpret_cast<float*>(ws);
+  float* accum = reinterpret_cast<float*>(ws + bwd_dsum_bytes(p));
+
+  BwdKernelParams<Cfg> kp;
+  auto gmem = [&](const void* ptr, int rows, int heads, int64_t row, int64_t head, int64_t batch) {
+    return make_tensor(make_gmem_ptr(static_cast<Element const*>(ptr)),
+                       make_layout(gmem_shape(rows, p.head_dim, heads, p.batch), make_stride(row, _1{}, head, batch)));
+  };
+  const auto q_tile = Shape<Int<M>, Int<D>>{};
+  const auto k_tile = Shape<Int<N>, Int<D>>{};
+  kp.tma_q = make_tma_copy(SM90_TMA_LOAD{}, gmem(p.q, p.seqlen_q, p.heads_q, p.q_row_stride, p.q_head_stride, p.q_batch_stride),
+                           take<0, 2>(typename Cfg::SmemLayoutQ{}), q_tile, _1{});
+  kp.tma_do = make_tma_copy(SM90_TMA_LOAD{}, gmem(p.dout, p.seqlen_q, p.heads_q, p.do_row_stride, p.do_head_stride, p.do_batch_stride),
+                            take<0, 2>(typename Cfg::SmemLayoutQ{}), q_tile, _1{});
+  kp.tma_k = make_tma_copy(SM90_TMA_LOAD{}, gmem(p.k, p.seqlen_k, p.heads_kv, p.k_row_stride, p.k_head_stride, p.k_batch_stride),
+                           typename Cfg::SmemLayoutK{}, k_tile, _1{});
+  kp.tma_v = make_tma_copy(SM90_TMA_LOAD{}, gmem(p.v, p.seqlen_k, p.heads_kv, p.v_row_stride, p.v_head_stride, p.v_batch_stride),
+                           typename Cfg::SmemLayoutK{}, k_tile, _1{});
+  kp.p = p;
+  kp.dsum = dsum;
+  kp.dq_accum = accum;
+  kp.rows_pad = rows_pad;
+  kp.scale_log2 = p.scale * 1.4426950408889634f;
+  kp.pair_ok = flags.pair_ok;
+  const int key_tiles = (p.seqlen_k + N - 1) / N;
+  kp.order_group = p.causal ? bwd_order_group(key_tiles, p.heads_kv, p.batch, p.seqlen_q, D, p.heads_q,
+                                              int(sizeof(Element)), false)
+                            : 0;
+
+  bwd::launch_preprocess<Element>(p, dsum, nullptr, D, stream);  // D = rowsum(dO O)
+  const size_t accum_bytes = sizeof(float) * size_t(p.batch) * size_t(p.heads_q) * size_t(rows_pad) * D;
+  if (const cudaError_t err = cudaMemsetAsync(accum, 0, accum_bytes, stream); err != cudaSuccess) return err;
+  bwd_ws_kernel<Cfg><<<dim3(key_tiles, p.heads_kv, p.batch), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(kp);
+  const dim3 convert_grid((p.seqlen_q + M - 1) / M, p.heads_q, p.batch);
+  bwd_dq_convert_kernel<Cfg><<<convert_grid, 256, 0, stream>>>(p, accum, rows_pad, flags.pair_ok);
+  return cudaGetLastError();
+}
+
+}  // namespace jax_flash::cuda::sm90

@@ -1,0 +1,143 @@
+// The consumers of the warp-specialised Hopper backward: two warpgroups,
+// 64 keys each, accumulate dK and dV in registers over the CTA's steps.
+// Per step (a query tile of one q head):
+//   S^T  = K Q^T, dP^T = V dO^T          SS, issued together
+//   P^T  = exp2(S^T scale log2e - lse2)  (under the dP^T wgmma)
+//   dS^T = P^T (dP^T - D)
+//   dV  += P^T dO, dK += dS^T Q          RS: P^T and dS^T from registers
+//   dS^T -> shared memory, then (both halves there) dQ = dS K, each
+//   warpgroup half of the head dim; the tile goes to the dQ writer
+//   (bwd_dq.cuh).
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+
+#include "cuda/bwd_common.cuh"  // kLog2e
+#include "cuda/sm90/bwd_dq.cuh"
+#include "cuda/sm90/bwd_params.cuh"
+#include "cuda/sm90/pipeline.cuh"
+#include "cuda/sm90/wgmma.cuh"
+#include "cuda/utils.cuh"  // acc_rowcol_layout, convert_regs
+
+namespace jax_flash::cuda::sm90 {
+
+template <class Cfg>
+struct BwdMainloop {
+  using Element = typename Cfg::Element;
+  static constexpr int M = Cfg::kBlockM, N = Cfg::kBlockN, D = Cfg::kHeadDim;
+
+  typename Cfg::TiledMmaSdP mma_sdp;
+  typename Cfg::TiledMmadKV mma_dkv;
+  typename Cfg::TiledMmadQ mma_dq;
+  int ct;  // consumer thread, 0..255
+
+  __device__ __forceinline__ explicit BwdMainloop(int consumer_thread) : ct(consumer_thread) {}
+
+  using AccKV = decltype(partition_fragment_C(typename Cfg::TiledMmadKV{}, Shape<Int<N>, Int<D>>{}));
+
+  template <class Work>
+  __device__ __forceinline__ void run(const BwdKernelParams<Cfg>& kp, typename Cfg::SharedStorage& ss, const Work& w,
+                                      AccKV& acc_dk, AccKV& acc_dv) {
+    const BwdParams& p = kp.p;
+    Tensor sQ = make_tensor(make_smem_ptr(ss.q.data()), typename Cfg::SmemLayoutQ{});
+    Tensor sQt = make_tensor(make_smem_ptr(ss.q.data()), typename Cfg::SmemLayoutQt{});
+    Tensor sdO = make_tensor(make_smem_ptr(ss.dout.data()), typename Cfg::SmemLayoutQ{});
+    Tensor sdOt = make_tensor(make_smem_ptr(ss.dout.data()), typename Cfg::SmemLayoutQt{});
+    Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), typename Cfg::SmemLayoutK{});
+    Tensor sKt = make_tensor(make_smem_ptr(ss.k.data()), typename Cfg::SmemLayoutKt{});
+    Tensor sV = make_tensor(make_smem_ptr(ss.v.data()), typename Cfg::SmemLayoutK{});
+    Tensor sdSt = make_tensor(make_smem_ptr(ss.ds.data()), typename Cfg::SmemLayoutdSt{});
+    Tensor sdS = make_tensor(make_smem_ptr(ss.ds.data()), typename Cfg::SmemLayoutdS{});
+
+    auto thr_sdp = mma_sdp.get_thread_slice(ct);
+    auto thr_dkv = mma_dkv.get_thread_slice(ct);
+    auto thr_dq = mma_dq.get_thread_slice(ct);
+    Tensor tSrK = thr_sdp.partition_fragment_A(sK);        // (MMA, MMA_M, MMA_K)
+    Tensor tSrV = thr_sdp.partition_fragment_A(sV);
+    Tensor tSrQ = thr_sdp.partition_fragment_B(sQ);        // (MMA, MMA_N, MMA_K, stage)
+    Tensor tSrdO = thr_sdp.partition_fragment_B(sdO);
+    Tensor tdVrdOt = thr_dkv.partition_fragment_B(sdOt);   // (MMA, MMA_N, MMA_K, stage)
+    Tensor tdKrQt = thr_dkv.partition_fragment_B(sQt);
+    Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);      // (MMA, MMA_M, MMA_K, stage)
+    Tensor tdQrKt = thr_dq.partition_fragment_B(sKt);
+
+    Tensor tSc = thr_sdp.partition_C(make_identity_tensor(Shape<Int<N>, Int<M>>{}));
+    Tensor tSc_rc = make_tensor(tSc.data(), fwd::acc_rowcol_layout(tSc.layout()));
+    auto r2s = make_tiled_copy_C(Copy_Atom<UniversalCopy<uint32_t>, Element>{}, mma_sdp);
+    auto r2s_thr = r2s.get_thread_slice(ct);
+    Tensor tdSsdS = r2s_thr.partition_D(sdSt);             // (CPY, CPY_N, CPY_M, stage)
+
+    using AccS = decltype(partition_fragment_C(mma_sdp, Shape<Int<N>, Int<M>>{}));
+    static_assert(decltype(size<1>(AccS{}))::value == 1 && decltype(size<2>(AccS{}))::value == 1);
+    const int Sq = p.seqlen_q, Sk = p.seqlen_k, n0 = w.n_block * N;
+
+    barrier_wait(ss.kv_full, 0u);
+    RingState<Cfg::kStages> ring;
+    for (int step = 0; step < w.steps; ++step) {
+      const int st = ring.index;
+      const int m0 = w.m_block(step) * M;
+      barrier_wait(ss.full[st], ring.phase);
+      AccS acc_s, acc_dp;
+      fwd::wgmma_issue<true, false>(mma_sdp, tSrK, tSrQ(_, _, _, st), acc_s);
+      fwd::wgmma_issue<true, false>(mma_sdp, tSrV, tSrdO(_, _, _, st), acc_dp);
+      warpgroup_wait<1>();
+      warpgroup_fence_operand(acc_s);
+
+      // P^T: columns are queries, so lse2 (and D) vary along columns.
+      Tensor s = make_tensor(acc_s.data(), fwd::acc_rowcol_layout(acc_s.layout()));
+      const bool mask = (p.causal && m0 < n0 + N - 1) || n0 + N > Sk || m0 + M > Sq;
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(s); ++c) {
+        const int qc = get<1>(tSc_rc(0, c));
+        const float l2 = ss.lse2[st][qc];
+        CUTE_UNROLL
+        for (int r = 0; r < size<0>(s); ++r) {
+          float pv = exp2f(s(r, c) * kp.scale_log2 - l2);
+          if (mask) {
+            const int key = n0 + get<0>(tSc_rc(r, c)), query = m0 + qc;
+            pv = key < Sk && query < Sq && (!p.causal || key <= query) ? pv : 0.f;
+          }
+          s(r, c) = pv;
+        }
+      }
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(acc_dp);
+      Tensor ds = make_tensor(acc_dp.data(), fwd::acc_rowcol_layout(acc_dp.layout()));
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(ds); ++c) {
+        const float dd = ss.dsum[st][get<1>(tSc_rc(0, c))];
+        CUTE_UNROLL
+        for (int r = 0; r < size<0>(ds); ++r) ds(r, c) = s(r, c) * (ds(r, c) - dd);
+      }
+
+      // dV += P^T dO, dK += dS^T Q; dS^T also to shared memory for dQ.
+      Tensor rP = fwd::convert_regs<Element>(acc_s);
+      Tensor tdVrP = make_tensor(rP.data(), fwd::PAsALayout<M>{});
+      fwd::wgmma_issue<false, true>(mma_dkv, tdVrP, tdVrdOt(_, _, _, st), acc_dv);
+      Tensor rdS = fwd::convert_regs<Element>(acc_dp);
+      Tensor tdKrdS = make_tensor(rdS.data(), fwd::PAsALayout<M>{});
+      fwd::wgmma_issue<false, true>(mma_dkv, tdKrdS, tdKrQt(_, _, _, st), acc_dk);
+      cute::copy(r2s, r2s_thr.retile_S(rdS), tdSsdS(_, _, _, st));
+      cutlass::arch::fence_view_async_shared();  // st.shared -> wgmma reads
+      named_sync(kBarDsReady, Cfg::kConsumerThreads);
+
+      Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<M>, Int<D>>{});
+      Tensor tdQrdS_st = tdQrdS(_, _, _, st);
+      fwd::wgmma_issue<true, false>(mma_dq, tdQrdS_st, tdQrKt, acc_dq);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(acc_dv);
+      warpgroup_fence_operand(acc_dk);
+      warpgroup_fence_operand(acc_dq);
+      barrier_arrive(ss.empty[st]);  // Q, dO, LSE and D of this stage are free
+
+      if (step > 0) named_sync(kBarDqEmpty, kDqBarThreads);  // the writer has read the last tile
+      dq_to_staged<Cfg::kConsumerThreads>(acc_dq, ss.dq.data(), ct);
+      cutlass::arch::fence_view_async_shared();  // st.shared -> the bulk copy's reads
+      named_arrive(kBarDqFull, kDqBarThreads);
+      ring.advance();
+    }
+  }
+};
+
+}  // namespace jax_flash::cuda::sm90

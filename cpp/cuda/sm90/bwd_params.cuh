@@ -1,0 +1,29 @@
+// Kernel arguments of the warp-specialised Hopper backward: the TMA
+// descriptors (by value, __grid_constant__), the FFI-level params, the
+// workspace the pre-pass filled and the launch order.
+#pragma once
+
+#include "cuda/sm90/bwd_config.cuh"
+#include "cuda/sm90/fwd_params.cuh"  // gmem_shape
+#include "params.h"
+
+namespace jax_flash::cuda::sm90 {
+
+template <class Cfg>
+struct BwdKernelParams {
+  typename Cfg::TmaQ tma_q, tma_do;
+  typename Cfg::TmaK tma_k, tma_v;
+  BwdParams p;
+  // D = rowsum(dO O) per query row [batch, q head, row] (the pre-pass),
+  // and the float32 dQ accumulator: rows padded per (batch, q head) to
+  // rows_pad, a multiple of the query tile, each tile stored in the order
+  // the consumer threads hold it (bwd_dq.cuh).
+  const float* dsum;
+  float* dq_accum;
+  int rows_pad;
+  float scale_log2;   // scale * log2(e)
+  int order_group;    // causal: tile_order.h's sectioned longest-first; 0 head-major
+  bool pair_ok;       // 4 B stores legal for dk, dv
+};
+
+}  // namespace jax_flash::cuda::sm90

@@ -1,0 +1,83 @@
+// The producer of the warp-specialised Hopper backward, one warp. Lane 0
+// issues the TMA loads: K and V of the CTA's key tile once, then per step
+// (q head, query tile) the Q and dO tiles, into a kStages-deep ring (full:
+// landed; empty: the consumers let go). Every lane loads some of the step's
+// LSE (turned into log2 units) and D entries into the stage and arrives on
+// its full barrier: those rows are not padded, so a bulk copy could not
+// take them.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cute/arch/copy_sm90_tma.hpp>
+
+#include "cuda/bwd_kernel.cuh"  // lse_to_log2
+#include "cuda/sm90/bwd_params.cuh"
+#include "cuda/sm90/bwd_scheduler.cuh"
+#include "cuda/sm90/pipeline.cuh"
+
+namespace jax_flash::cuda::sm90 {
+
+template <class Cfg, class Work>
+__device__ __forceinline__ void bwd_produce(const BwdKernelParams<Cfg>& kp, typename Cfg::SharedStorage& ss,
+                                            const Work& w, int lane) {
+  constexpr int M = Cfg::kBlockM, N = Cfg::kBlockN, D = Cfg::kHeadDim;
+  const BwdParams& p = kp.p;
+  Tensor sQ = make_tensor(make_smem_ptr(ss.q.data()), typename Cfg::SmemLayoutQ{});
+  Tensor sdO = make_tensor(make_smem_ptr(ss.dout.data()), typename Cfg::SmemLayoutQ{});
+  Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), typename Cfg::SmemLayoutK{});
+  Tensor sV = make_tensor(make_smem_ptr(ss.v.data()), typename Cfg::SmemLayoutK{});
+  Tensor mQ = kp.tma_q.get_tma_tensor(gmem_shape(p.seqlen_q, p.head_dim, p.heads_q, p.batch));
+  Tensor mdO = kp.tma_do.get_tma_tensor(gmem_shape(p.seqlen_q, p.head_dim, p.heads_q, p.batch));
+  Tensor mK = kp.tma_k.get_tma_tensor(gmem_shape(p.seqlen_k, p.head_dim, p.heads_kv, p.batch));
+  Tensor mV = kp.tma_v.get_tma_tensor(gmem_shape(p.seqlen_k, p.head_dim, p.heads_kv, p.batch));
+
+  {
+    Tensor gK = local_tile(mK(_, _, w.head_kv, w.batch), Shape<Int<N>, Int<D>>{}, make_coord(w.n_block, _0{}));
+    Tensor gV = local_tile(mV(_, _, w.head_kv, w.batch), Shape<Int<N>, Int<D>>{}, make_coord(w.n_block, _0{}));
+    auto k_part = tma_partition(kp.tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+    auto v_part = tma_partition(kp.tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
+    if (lane == 0) {
+      barrier_expect_bytes(ss.kv_full, 2 * Cfg::kKBytes);
+      copy(kp.tma_k.with(ss.kv_full), get<0>(k_part), get<1>(k_part));
+      copy(kp.tma_v.with(ss.kv_full), get<0>(v_part), get<1>(v_part));
+    }
+  }
+
+  RingState<Cfg::kStages> ring;
+  ring.phase = 1u;  // buffers start free
+  for (int step = 0; step < w.steps; ++step) {
+    const int h = w.head(step), m = w.m_block(step);
+    Tensor gQ = local_tile(mQ(_, _, h, w.batch), Shape<Int<M>, Int<D>>{}, make_coord(m, _0{}));
+    Tensor gdO = local_tile(mdO(_, _, h, w.batch), Shape<Int<M>, Int<D>>{}, make_coord(m, _0{}));
+    auto q_part = tma_partition(kp.tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
+    auto do_part = tma_partition(kp.tma_do, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sdO), group_modes<0, 2>(gdO));
+    // This lane's LSE / D entries first: their latency overlaps the wait.
+    constexpr int kPerLane = M / 32;
+    const int64_t row0 = (int64_t(w.batch) * p.heads_q + h) * p.seqlen_q + int64_t(m) * M;
+    float lse2[kPerLane], dsum[kPerLane];
+    CUTE_UNROLL
+    for (int j = 0; j < kPerLane; ++j) {
+      const int r = lane + 32 * j;
+      const bool valid = m * M + r < p.seqlen_q;
+      lse2[j] = valid ? bwd::lse_to_log2(p.lse[row0 + r]) : INFINITY;  // padding rows: P = 0
+      dsum[j] = valid ? kp.dsum[row0 + r] : 0.f;
+    }
+    const int st = ring.index;
+    barrier_wait(ss.empty[st], ring.phase);
+    if (lane == 0) {
+      // The bytes before the copies (and before this lane's arrival below).
+      ClusterTransactionBarrier::expect_transaction(&ss.full[st], 2 * Cfg::kQBytes);
+      copy(kp.tma_q.with(ss.full[st]), get<0>(q_part), get<1>(q_part)(_, st));
+      copy(kp.tma_do.with(ss.full[st]), get<0>(do_part), get<1>(do_part)(_, st));
+    }
+    CUTE_UNROLL
+    for (int j = 0; j < kPerLane; ++j) {
+      ss.lse2[st][lane + 32 * j] = lse2[j];
+      ss.dsum[st][lane + 32 * j] = dsum[j];
+    }
+    barrier_arrive(ss.full[st]);  // release: the stores above
+    ring.advance();
+  }
+}
+
+}  // namespace jax_flash::cuda::sm90
