@@ -11,7 +11,6 @@
 #pragma once
 
 #include <atomic>
-#include <cstdlib>
 
 #include <cuda_runtime_api.h>
 
@@ -107,17 +106,14 @@ template <int kHeadDim>
 inline constexpr int kBwdSm90BlockM = kHeadDim <= 64 ? 128 : 64;
 
 // Plain attention, vector-aligned inputs (else NotSupported): the
-// warp-specialised kernel (sm90/bwd_kernel.cuh) in atomic mode, this one in
-// deterministic mode.
+// warp-specialised kernel (sm90/bwd_kernel.cuh); this file's older kernel
+// where that one declines (O rows not 16 B aligned, empty sequences).
 template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_sm90_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream) {
-  static const bool ws = [] {
-    const char* e = std::getenv("JAX_FLASH_BWD_WS");
-    return e == nullptr || e[0] != '0';
-  }();
-  if (ws) {
-    const cudaError_t err =
-        sm90::launch_bwd_ws<sm90::BwdConfig<kHeadDim, bwd::ElementOf<kDType>>>(params, flags, stream);
+  {
+    using Cfg = sm90::BwdConfig<kHeadDim, bwd::ElementOf<kDType>>;
+    const int rotate = params.deterministic ? bwd90::order_rotation(params, Cfg::kBlockM, Cfg::kBlockN) : 0;
+    const cudaError_t err = sm90::launch_bwd_ws<Cfg>(params, flags, rotate, stream);
     if (err != cudaErrorNotSupported) return err;
   }
   using Traits = bwd90::BwdSm90Traits<kHeadDim, bwd::ElementOf<kDType>, true, false, false,

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include <cute/tensor.hpp>
 #include <cute/atom/copy_traits_sm90_tma.hpp>
@@ -25,8 +26,8 @@ using namespace cute;
 
 // Query rows per step. Registers per consumer thread: dK + dV (D/2 each),
 // S^T + dP^T (BM/2 each) and dQ (BM D / 256) floats under setmaxnreg's 240:
-// d64 takes 128 rows (64-row steps leave too little work per handshake),
-// d128 64.
+// d64 takes 128 rows (64-row steps leave too little work per handshake:
+// H100 fwd+bwd 0.92-0.97x the 128-row tiles), d128 64.
 template <int D> struct BwdTile;
 template <> struct BwdTile<64>  { static constexpr int kM = 128; };
 template <> struct BwdTile<128> { static constexpr int kM = 64; };
@@ -52,12 +53,16 @@ struct BwdConfig {
       GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockM>>, GMMA::Major::K,
                            GMMA::Major::MN>(),
       Layout<Shape<_2, _1, _1>>{}));
-  // dQ (BM, D) = dS (BM, BN) K (BN, D), both operands MN-major views; the
-  // warpgroups split the head dim.
+  // dQ (BM, D) = dS (BM, BN) K (BN, D), both operands MN-major views. The
+  // warpgroups split the query rows where there are two wgmma Ms of them
+  // (kDqSplitM: d64, H100 fwd+bwd +1-3% over splitting its head dim into
+  // n32 wgmmas), else the head dim.
+  static constexpr bool kDqSplitM = kBlockM == 128;
   using TiledMmadQ = decltype(make_tiled_mma(
-      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim / 2>, Int<kBlockN>>, GMMA::Major::MN,
+      GMMA::ss_op_selector<Element, Element, float,
+                           Shape<_64, Int<kDqSplitM ? kHeadDim : kHeadDim / 2>, Int<kBlockN>>, GMMA::Major::MN,
                            GMMA::Major::MN>(),
-      Layout<Shape<_1, _2, _1>>{}));
+      std::conditional_t<kDqSplitM, Layout<Shape<_2, _1, _1>>, Layout<Shape<_1, _2, _1>>>{}));
 
   using SmemAtom = GMMA::Layout_K_SW128_Atom<Element>;
   // Q / dO (BM, D, stage) and the (D, BM, stage) view.

@@ -12,6 +12,7 @@
 #include <cute/tensor.hpp>
 
 #include "cuda/bwd_common.cuh"  // store_acc
+#include "cuda/bwd_dispatch.h"  // kBwdOrderRows
 #include "cuda/sm90/bwd_params.cuh"
 #include "cuda/sm90/pipeline.cuh"
 
@@ -27,6 +28,17 @@ __device__ __forceinline__ void bulk_reduce_add_f32(float* gmem, const float* sm
 }
 __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+// Deterministic mode's counters (gpu scope), and the order between them and
+// the bulk copies (async proxy).
+__device__ __forceinline__ int load_acquire(const int* ptr) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(ptr) : "memory");
+  return v;
+}
+__device__ __forceinline__ void add_release(int* ptr, int v) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(ptr), "r"(v) : "memory");
+}
+__device__ __forceinline__ void fence_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
 
 // Consumer thread ct's dQ accumulator fragment into (or out of) the staged
 // order.
@@ -53,19 +65,37 @@ __device__ __forceinline__ void dq_from_staged(Acc& acc, const float* staged, in
 // step, wait for the staged tile, reduce it into the accumulator, and hand
 // the buffer back once the copy has read it (not after the last step: the
 // consumers wait for every hand-back but the first buffer's).
+// Deterministic mode: the add waits until every CTA ranked before this one
+// (BwdWork::dq_rank) has counted its own, and is counted once complete, so
+// the float32 sums run in one order whatever the timing.
 template <class Cfg, class Work>
 __device__ __forceinline__ void bwd_write_dq(const BwdKernelParams<Cfg>& kp, typename Cfg::SharedStorage& ss,
                                              const Work& w, int lane) {
   constexpr int M = Cfg::kBlockM, D = Cfg::kHeadDim;
   for (int step = 0; step < w.steps; ++step) {
     named_sync(kBarDqFull, kDqBarThreads);
+    const int h = w.head(step), m = w.m_block(step);
+    int* counter = kp.dq_order == nullptr
+                       ? nullptr
+                       : kp.dq_order + (int64_t(w.batch) * kp.p.heads_q + h) * kp.order_rows + m * M / kBwdOrderRows;
     if (lane == 0) {
-      const int64_t row = (int64_t(w.batch) * kp.p.heads_q + w.head(step)) * kp.rows_pad + int64_t(w.m_block(step)) * M;
+      if (counter != nullptr) {
+        const int rank = w.dq_rank(kp.p, m);
+        while (load_acquire(counter) < rank) {
+        }
+        fence_async_global();  // the counter read before the add
+      }
+      const int64_t row = (int64_t(w.batch) * kp.p.heads_q + h) * kp.rows_pad + int64_t(m) * M;
       bulk_reduce_add_f32(kp.dq_accum + row * D, ss.dq.data(), Cfg::kDqFloats * int(sizeof(float)));
       bulk_wait_read();
     }
     __syncwarp();
     if (step + 1 < w.steps) named_arrive(kBarDqEmpty, kDqBarThreads);
+    if (lane == 0 && counter != nullptr) {
+      bulk_wait_all();
+      fence_async_global();  // the add complete before it is counted
+      add_release(counter, 1);
+    }
   }
   if (lane == 0) bulk_wait_all();
 }

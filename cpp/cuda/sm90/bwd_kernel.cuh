@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_ws_kernel(const __grid_c
     cutlass::arch::fence_barrier_init();
   }
   __syncthreads();
-  const BwdWork<Cfg::kBlockM, N> w(kp.p, kp.order_group);
+  const BwdWork<Cfg::kBlockM, N> w(kp.p, kp.order_group, kp.rotate);
 
   if (warpgroup == 0) {
     cutlass::arch::warpgroup_reg_dealloc<Cfg::kProducerRegs>();

@@ -18,15 +18,17 @@
 
 namespace jax_flash::cuda::sm90 {
 
-// Plain attention in atomic mode, head_dim == the config's, 16 B aligned
-// rows (TMA), seqlen_q and seqlen_k > 0; else cudaErrorNotSupported (the
-// caller runs the older kernels).
+// Plain attention, head_dim == the config's, 16 B aligned rows (TMA),
+// seqlen_q and seqlen_k > 0; else cudaErrorNotSupported (the caller runs
+// the older kernels). rotate: deterministic mode's query-tile rotation
+// (BwdWork), 0 for none.
 template <class Cfg>
-cudaError_t launch_bwd_ws(const BwdParams& p, BwdLaunchFlags flags, cudaStream_t stream) {
+cudaError_t launch_bwd_ws(const BwdParams& p, BwdLaunchFlags flags, int rotate, cudaStream_t stream) {
   using Element = typename Cfg::Element;
   constexpr int M = Cfg::kBlockM, N = Cfg::kBlockN, D = Cfg::kHeadDim;
-  if (p.deterministic || p.head_dim != D || !flags.vec_ok || p.seqlen_q <= 0 || p.seqlen_k <= 0)
-    return cudaErrorNotSupported;
+  static_assert(M % kBwdOrderRows == 0);
+  if (p.head_dim != D || !flags.vec_ok || p.seqlen_q <= 0 || p.seqlen_k <= 0) return cudaErrorNotSupported;
+  if (p.deterministic && bwd_order_bytes(p, D) == 0) return cudaErrorNotSupported;
   if (!bwd::rows_vec_ok(p.o, p.head_dim, p.o_batch_stride, p.o_row_stride, p.o_head_stride))
     return cudaErrorNotSupported;
   static std::atomic<unsigned long long> ready{0};
@@ -59,6 +61,9 @@ cudaError_t launch_bwd_ws(const BwdParams& p, BwdLaunchFlags flags, cudaStream_t
   kp.scale_log2 = p.scale * 1.4426950408889634f;
   kp.pair_ok = flags.pair_ok;
   const int key_tiles = (p.seqlen_k + N - 1) / N;
+  kp.dq_order = p.deterministic ? reinterpret_cast<int*>(ws + bwd_dsum_bytes(p) + bwd_accum_bytes(p, D)) : nullptr;
+  kp.order_rows = (p.seqlen_q + kBwdOrderRows - 1) / kBwdOrderRows;
+  kp.rotate = p.deterministic ? rotate : 0;
   kp.order_group = p.causal ? bwd_order_group(key_tiles, p.heads_kv, p.batch, p.seqlen_q, D, p.heads_q,
                                               int(sizeof(Element)), false)
                             : 0;
@@ -66,6 +71,10 @@ cudaError_t launch_bwd_ws(const BwdParams& p, BwdLaunchFlags flags, cudaStream_t
   bwd::launch_preprocess<Element>(p, dsum, nullptr, D, stream);  // D = rowsum(dO O)
   const size_t accum_bytes = sizeof(float) * size_t(p.batch) * size_t(p.heads_q) * size_t(rows_pad) * D;
   if (const cudaError_t err = cudaMemsetAsync(accum, 0, accum_bytes, stream); err != cudaSuccess) return err;
+  if (kp.dq_order != nullptr) {
+    const cudaError_t err = cudaMemsetAsync(kp.dq_order, 0, bwd_order_bytes(p, D), stream);
+    if (err != cudaSuccess) return err;
+  }
   bwd_ws_kernel<Cfg><<<dim3(key_tiles, p.heads_kv, p.batch), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(kp);
   const dim3 convert_grid((p.seqlen_q + M - 1) / M, p.heads_q, p.batch);
   bwd_dq_convert_kernel<Cfg><<<convert_grid, 256, 0, stream>>>(p, accum, rows_pad, flags.pair_ok);

@@ -81,37 +81,69 @@ struct BwdMainloop {
       AccS acc_s, acc_dp;
       fwd::wgmma_issue<true, false>(mma_sdp, tSrK, tSrQ(_, _, _, st), acc_s);
       fwd::wgmma_issue<true, false>(mma_sdp, tSrV, tSrdO(_, _, _, st), acc_dp);
+      // P^T: columns are queries, so lse2 (and D) vary along columns. This
+      // thread's columns come in adjacent pairs, read as float2. With 16
+      // columns (64 rows, kStatsInRegs) the LSE pairs go to registers under
+      // the wgmmas (ncu, d128: the exponentials' shared loads had stalled
+      // ~9% of the samples) and D's under the P^T math; with 32 (d64) that
+      // many registers spilled (ptxas: 192 B), so they are read where used.
+      Tensor s = make_tensor(acc_s.data(), fwd::acc_rowcol_layout(acc_s.layout()));
+      constexpr int kPairs = decltype(size<1>(s))::value / 2;
+      constexpr bool kStatsInRegs = kPairs <= 8;
+      auto pair_at = [&](const float* row, int j) {
+        return *reinterpret_cast<const float2*>(row + get<1>(tSc_rc(0, 2 * j)));
+      };
+      float2 lse2[kStatsInRegs ? kPairs : 1], dsum[kStatsInRegs ? kPairs : 1];
+      auto prefetch = [&](const float* row, float2* dst) {
+        if constexpr (kStatsInRegs) {
+          CUTE_UNROLL
+          for (int j = 0; j < kPairs; ++j) dst[j] = pair_at(row, j);
+        }
+      };
+      auto stat = [&](const float2* regs, const float* row, int j) {
+        if constexpr (kStatsInRegs)
+          return regs[j];
+        else
+          return pair_at(row, j);
+      };
+      prefetch(ss.lse2[st], lse2);
       warpgroup_wait<1>();
       warpgroup_fence_operand(acc_s);
+      prefetch(ss.dsum[st], dsum);
 
-      // P^T: columns are queries, so lse2 (and D) vary along columns.
-      Tensor s = make_tensor(acc_s.data(), fwd::acc_rowcol_layout(acc_s.layout()));
       const bool mask = (p.causal && m0 < n0 + N - 1) || n0 + N > Sk || m0 + M > Sq;
       CUTE_UNROLL
-      for (int c = 0; c < size<1>(s); ++c) {
-        const int qc = get<1>(tSc_rc(0, c));
-        const float l2 = ss.lse2[st][qc];
+      for (int j = 0; j < kPairs; ++j) {
+        const float2 l2 = stat(lse2, ss.lse2[st], j);
         CUTE_UNROLL
-        for (int r = 0; r < size<0>(s); ++r) {
-          float pv = exp2f(s(r, c) * kp.scale_log2 - l2);
-          if (mask) {
-            const int key = n0 + get<0>(tSc_rc(r, c)), query = m0 + qc;
-            pv = key < Sk && query < Sq && (!p.causal || key <= query) ? pv : 0.f;
+        for (int c = 2 * j; c < 2 * j + 2; ++c) {
+          const int qc = get<1>(tSc_rc(0, c));
+          const float l = c == 2 * j ? l2.x : l2.y;
+          CUTE_UNROLL
+          for (int r = 0; r < size<0>(s); ++r) {
+            float pv = exp2f(s(r, c) * kp.scale_log2 - l);
+            if (mask) {
+              const int key = n0 + get<0>(tSc_rc(r, c)), query = m0 + qc;
+              pv = key < Sk && query < Sq && (!p.causal || key <= query) ? pv : 0.f;
+            }
+            s(r, c) = pv;
           }
-          s(r, c) = pv;
         }
       }
       warpgroup_wait<0>();
       warpgroup_fence_operand(acc_dp);
       Tensor ds = make_tensor(acc_dp.data(), fwd::acc_rowcol_layout(acc_dp.layout()));
       CUTE_UNROLL
-      for (int c = 0; c < size<1>(ds); ++c) {
-        const float dd = ss.dsum[st][get<1>(tSc_rc(0, c))];
+      for (int j = 0; j < kPairs; ++j) {
+        const float2 dd = stat(dsum, ss.dsum[st], j);
         CUTE_UNROLL
-        for (int r = 0; r < size<0>(ds); ++r) ds(r, c) = s(r, c) * (ds(r, c) - dd);
+        for (int r = 0; r < size<0>(ds); ++r) {
+          ds(r, 2 * j) = s(r, 2 * j) * (ds(r, 2 * j) - dd.x);
+          ds(r, 2 * j + 1) = s(r, 2 * j + 1) * (ds(r, 2 * j + 1) - dd.y);
+        }
       }
 
-      // dV += P^T dO, dK += dS^T Q; dS^T also to shared memory for dQ.
+      // dV += P^T dO, dK += dS^T Q (RS); dS^T also to shared memory for dQ.
       Tensor rP = fwd::convert_regs<Element>(acc_s);
       Tensor tdVrP = make_tensor(rP.data(), fwd::PAsALayout<M>{});
       fwd::wgmma_issue<false, true>(mma_dkv, tdVrP, tdVrdOt(_, _, _, st), acc_dv);
@@ -126,8 +158,6 @@ struct BwdMainloop {
       Tensor tdQrdS_st = tdQrdS(_, _, _, st);
       fwd::wgmma_issue<true, false>(mma_dq, tdQrdS_st, tdQrKt, acc_dq);
       warpgroup_wait<0>();
-      warpgroup_fence_operand(acc_dv);
-      warpgroup_fence_operand(acc_dk);
       warpgroup_fence_operand(acc_dq);
       barrier_arrive(ss.empty[st]);  // Q, dO, LSE and D of this stage are free
 
@@ -137,6 +167,8 @@ struct BwdMainloop {
       named_arrive(kBarDqFull, kDqBarThreads);
       ring.advance();
     }
+    warpgroup_fence_operand(acc_dv);
+    warpgroup_fence_operand(acc_dk);
   }
 };
 

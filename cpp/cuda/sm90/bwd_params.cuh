@@ -23,6 +23,11 @@ struct BwdKernelParams {
   int rows_pad;
   float scale_log2;   // scale * log2(e)
   int order_group;    // causal: tile_order.h's sectioned longest-first; 0 head-major
+  // Deterministic mode: one counter per (batch, q head, kBwdOrderRows query
+  // rows) of the dQ adds done, and the query-tile rotation (BwdWork).
+  int* dq_order;
+  int order_rows;     // counters per (batch, q head)
+  int rotate;
   bool pair_ok;       // 4 B stores legal for dk, dv
 };
 

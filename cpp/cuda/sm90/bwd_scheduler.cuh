@@ -16,13 +16,19 @@ struct BwdWork {
   int num_m;       // query tiles visited per q head
   int steps;       // group * num_m
 
+  int n_blocks;
+  int rotate;      // (deterministic) key tile n starts at query tile n * rotate, wrapping
+
   // Causal attention (top-left: key j visible to query i iff j <= i) skips
   // the query tiles wholly above the key tile. Causal grids run the
   // heaviest key tiles (lowest) first, in L2-sized sections of pairs.
-  __device__ __forceinline__ BwdWork(const BwdParams& p, int order_group) {
-    const int n_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
-    const TileCoord c = tile_coord(blockIdx.x, blockIdx.y, blockIdx.z, n_blocks, gridDim.y, gridDim.z, false,
-                                   order_group);
+  // Deterministic mode launches the highest key tile first instead (head-
+  // major), so that a CTA only ever waits for CTAs launched before it.
+  __device__ __forceinline__ BwdWork(const BwdParams& p, int order_group, int rotate_) : rotate(rotate_) {
+    n_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
+    const bool det = p.deterministic;
+    const TileCoord c = tile_coord(blockIdx.x, blockIdx.y, blockIdx.z, n_blocks, gridDim.y, gridDim.z, det,
+                                   det ? 0 : order_group);
     n_block = c.tile;
     head_kv = c.head;
     batch = c.batch;
@@ -34,7 +40,22 @@ struct BwdWork {
     steps = group * num_m;
   }
   __device__ __forceinline__ int head(int step) const { return first_head + step / num_m; }
-  __device__ __forceinline__ int m_block(int step) const { return m_begin + step % num_m; }
+  __device__ __forceinline__ int m_block(int step) const {
+    const int i = step % num_m;
+    return m_begin + (rotate > 0 ? (i + n_block * rotate) % num_m : i);
+  }
+  // (deterministic) How many CTAs add into query tile m before this one:
+  // those of higher key tile that visit it, or with the rotation, those that
+  // reach it earlier (k, k-1, .., 0, then n_blocks-1, .., k+1, k the last
+  // key tile starting at or before m).
+  __device__ __forceinline__ int dq_rank(const BwdParams& p, int m) const {
+    if (rotate > 0) {
+      const int k = min(n_blocks - 1, m / rotate);
+      return n_block <= k ? k - n_block : k + n_blocks - n_block;
+    }
+    const int last = p.causal ? min(n_blocks - 1, ((m + 1) * kBlockM - 1) / kBlockN) : n_blocks - 1;
+    return last - n_block;
+  }
 };
 
 }  // namespace jax_flash::cuda::sm90

@@ -1,0 +1,118 @@
+// Driver for compute-sanitizer (memcheck, racecheck, synccheck) over the
+// warp-specialised Hopper backward: small plain cases with odd sizes, causal
+// and not, GQA, head dims 64 and 128, atomic and deterministic. Inputs are
+// random (LSE too: the kernel only needs it finite); outputs are poisoned
+// (NaN bytes) first and must come back finite. Correctness against a
+// reference is tests/test_cuda_backward.py's job.
+//   bash tests/cuda/sanitize_bwd_sm90.sh   (builds this and runs the three tools)
+//   bwd_sm90_sanitize --profile D [causal]: one FA2-grid backward (16k
+//   tokens, hidden 2048) for ncu.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include "cuda/bwd_dispatch.h"
+#include "params.h"
+
+using jax_flash::BwdParams;
+using jax_flash::DType;
+namespace jf = jax_flash::cuda;
+
+#define CHECK(x)                                                                           \
+  do {                                                                                     \
+    cudaError_t e_ = (x);                                                                  \
+    if (e_ != cudaSuccess) {                                                               \
+      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
+      return 1;                                                                            \
+    }                                                                                      \
+  } while (0)
+
+struct Case {
+  int b, sq, sk, hq, hkv, d;
+  bool causal, deterministic;
+};
+
+static int run_case(const Case& c, std::mt19937& rng) {
+  std::normal_distribution<float> nd;
+  const size_t nq = size_t(c.b) * c.sq * c.hq * c.d, nk = size_t(c.b) * c.sk * c.hkv * c.d;
+  const size_t nl = size_t(c.b) * c.hq * c.sq;
+  auto upload = [&](size_t n, float add, void** dst) {
+    std::vector<__nv_bfloat16> h(n);
+    for (auto& x : h) x = __float2bfloat16(nd(rng) + add);
+    if (cudaMalloc(dst, n * 2) != cudaSuccess) return false;
+    return cudaMemcpy(*dst, h.data(), n * 2, cudaMemcpyHostToDevice) == cudaSuccess;
+  };
+  void *q, *k, *v, *o, *dout, *dq, *dk, *dv, *ws;
+  float* lse;
+  if (!upload(nq, 0.f, &q) || !upload(nk, 0.f, &k) || !upload(nk, 0.f, &v) || !upload(nq, 0.f, &o) ||
+      !upload(nq, 0.f, &dout))
+    return 1;
+  std::vector<float> hl(nl);
+  for (auto& x : hl) x = 3.f + nd(rng);
+  CHECK(cudaMalloc(&lse, nl * 4));
+  CHECK(cudaMemcpy(lse, hl.data(), nl * 4, cudaMemcpyHostToDevice));
+  CHECK(cudaMalloc(&dq, nq * 2));
+  CHECK(cudaMalloc(&dk, nk * 2));
+  CHECK(cudaMalloc(&dv, nk * 2));
+  CHECK(cudaMemset(dq, 0xFF, nq * 2));
+  CHECK(cudaMemset(dk, 0xFF, nk * 2));
+  CHECK(cudaMemset(dv, 0xFF, nk * 2));
+  BwdParams p;
+  p.q = q, p.k = k, p.v = v, p.o = o, p.lse = lse, p.dout = dout, p.dq = dq, p.dk = dk, p.dv = dv;
+  p.batch = c.b, p.seqlen_q = c.sq, p.seqlen_k = c.sk, p.heads_q = c.hq, p.heads_kv = c.hkv, p.head_dim = c.d;
+  const int64_t qrow = int64_t(c.hq) * c.d, krow = int64_t(c.hkv) * c.d;
+  p.q_row_stride = p.o_row_stride = p.do_row_stride = p.dq_row_stride = qrow;
+  p.q_head_stride = p.o_head_stride = p.do_head_stride = p.dq_head_stride = c.d;
+  p.q_batch_stride = p.o_batch_stride = p.do_batch_stride = p.dq_batch_stride = qrow * c.sq;
+  p.k_row_stride = p.v_row_stride = p.dk_row_stride = p.dv_row_stride = krow;
+  p.k_head_stride = p.v_head_stride = p.dk_head_stride = p.dv_head_stride = c.d;
+  p.k_batch_stride = p.v_batch_stride = p.dk_batch_stride = p.dv_batch_stride = krow * c.sk;
+  p.scale = 1.f / std::sqrt(float(c.d));
+  p.causal = c.causal;
+  p.deterministic = c.deterministic;
+  p.dtype = DType::kBFloat16;
+  const size_t ws_bytes = jf::bwd_dsum_bytes(p) + jf::bwd_accum_bytes(p, c.d) + jf::bwd_order_bytes(p, c.d);
+  CHECK(cudaMalloc(&ws, ws_bytes));
+  p.workspace = ws;
+  jf::BwdLaunchFlags flags;
+  flags.vec_ok = flags.pair_ok = true;
+  const cudaError_t launched = c.d == 64 ? jf::run_bwd_sm90_hdim<DType::kBFloat16, 64>(p, flags, 0)
+                                         : jf::run_bwd_sm90_hdim<DType::kBFloat16, 128>(p, flags, 0);
+  CHECK(launched);
+  CHECK(cudaDeviceSynchronize());
+  size_t bad = 0;
+  for (auto [ptr, n] : {std::pair<void*, size_t>{dq, nq}, {dk, nk}, {dv, nk}}) {
+    std::vector<__nv_bfloat16> h(n);
+    CHECK(cudaMemcpy(h.data(), ptr, n * 2, cudaMemcpyDeviceToHost));
+    for (auto x : h) bad += !std::isfinite(__bfloat162float(x));
+  }
+  std::printf("b=%d sq=%d sk=%d hq=%d hkv=%d d=%d causal=%d deterministic=%d: %zu non-finite\n", c.b, c.sq, c.sk,
+              c.hq, c.hkv, c.d, int(c.causal), int(c.deterministic), bad);
+  for (void* ptr : {q, k, v, o, dout, dq, dk, dv, ws, static_cast<void*>(lse)}) cudaFree(ptr);
+  return bad != 0;
+}
+
+int main(int argc, char** argv) {
+  std::mt19937 rng(7);
+  if (argc > 2 && std::string(argv[1]) == "--profile") {
+    const int d = std::atoi(argv[2]);
+    const bool causal = argc > 3 && std::atoi(argv[3]) != 0;
+    return run_case({1, 16384, 16384, 2048 / d, 2048 / d, d, causal, false}, rng);
+  }
+  const Case cases[] = {
+      {1, 1, 1, 1, 1, 64, false, false},      {2, 129, 200, 4, 2, 64, true, false},
+      {1, 300, 131, 2, 1, 128, true, false},  {2, 257, 257, 2, 1, 128, false, false},
+      {1, 383, 129, 2, 2, 64, true, true},    {1, 200, 390, 4, 2, 128, false, true},
+      {1, 520, 520, 2, 1, 128, true, true},
+  };
+  int fails = 0;
+  for (const Case& c : cases) fails += run_case(c, rng);
+  std::printf("%d case(s) failed\n", fails);
+  return fails != 0;
+}
