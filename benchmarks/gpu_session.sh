@@ -4,7 +4,7 @@
 #   bash benchmarks/gpu_session.sh [build] [test] [sanitize] [bench] [bench-grid] [bench-quick] [bench-float32]
 #     [smoke] [test-decode] [sanitize-decode] [bench-decode] [bench-generate] [ncu-decode] [order]
 #     [ncu-packed] [ncu-packed-bwd] [ncu-options] [pack]
-# sanitize runs every tests/cuda/sanitize*.sh (sanitize_sm90.sh: the warp-specialised forward).
+# sanitize runs every tests/cuda/sanitize*.sh (sanitize_sm90.sh: the warp-specialised forward and backward).
 # JAX_FLASH_CUDA_ARCHS=90a builds for the H100 alone (half the compile time).
 # Needs the nvidia-cutlass wheel in .whl/ (carried; see README "Building for GPU").
 set -uo pipefail

@@ -68,6 +68,7 @@
 #include "cuda/bwd_sm90_logits.cuh" // (kLogits) soft-cap / ALiBi passes
 #include "cuda/bwd_sm90_masks.cuh"  // (kMasks) segment scan, mask smem
 #include "cuda/fwd_sm90_kernel.cuh" // wgmma_issue, PAsALayout
+#include "cuda/sm90/bulk_ops.cuh"   // bulk reduce copies, ordering counters
 #include "cuda/tile_loader.cuh"     // TileLoader (Q / dO tiles)
 #include "cuda/tile_order.h"       // tile_coord (launch order)
 #include "cuda/utils.cuh"           // load_tile, acc_rowcol_layout, convert_regs
@@ -84,27 +85,14 @@ inline constexpr int kDqLowFirst = -1;
 inline constexpr int kLowFirstMinKeyTiles = 64;
 inline constexpr int kLowFirstMaxPairs = 64;
 
-// Bulk async copies (sm90): global += shared, f32, `bytes` a multiple of 16.
-__device__ __forceinline__ void bulk_reduce_add_f32(float* gmem, const float* smem, int bytes) {
-  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(gmem),
-               "r"(s), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
-__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
-
-// Deterministic mode's dQ ordering counters (gpu scope).
-__device__ __forceinline__ int load_acquire(const int* ptr) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(ptr) : "memory");
-  return v;
-}
-__device__ __forceinline__ void add_release(int* ptr, int v) {
-  asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(ptr), "r"(v) : "memory");
-}
-__device__ __forceinline__ void fence_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
+// Bulk reduce copies and deterministic mode's counters (sm90/bulk_ops.cuh).
+using sm90::add_release;
+using sm90::bulk_commit;
+using sm90::bulk_reduce_add_f32;
+using sm90::bulk_wait_all;
+using sm90::bulk_wait_read;
+using sm90::fence_async_global;
+using sm90::load_acquire;
 
 // kDqBulk: dQ through smem and bulk reduce copies (measured +5-7% over the
 // atomics at d128). kEarlyDv: dV += P^T dO is issued as soon as P^T is

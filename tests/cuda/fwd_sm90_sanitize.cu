@@ -4,7 +4,7 @@
 // tile counter (dynamic schedule) and one without (fixed stride). Outputs are
 // poisoned (NaN bytes) first and must come back finite. Correctness against
 // a reference is tests/test_cuda_forward.py's job.
-//   bash tests/cuda/sanitize_sm90.sh   (builds this and runs the three tools)
+//   bash tests/cuda/sanitize_sm90.sh fwd   (builds this and runs the three tools)
 //   fwd_sm90_sanitize --profile D [causal]: one FA2-grid launch (16k tokens,
 //   hidden 2048) for ncu.
 #include <cmath>
@@ -19,19 +19,11 @@
 
 #include "cuda/fwd_dispatch.h"
 #include "params.h"
+#include "sanitize_check.h"
 
 using jax_flash::DType;
 using jax_flash::FwdParams;
 namespace jf = jax_flash::cuda;
-
-#define CHECK(x)                                                                       \
-  do {                                                                                 \
-    cudaError_t e_ = (x);                                                              \
-    if (e_ != cudaSuccess) {                                                           \
-      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-      return 1;                                                                        \
-    }                                                                                  \
-  } while (0)
 
 struct Case {
   int b, sq, sk, hq, hkv, d;

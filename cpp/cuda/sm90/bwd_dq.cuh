@@ -13,32 +13,11 @@
 
 #include "cuda/bwd_common.cuh"  // store_acc
 #include "cuda/bwd_dispatch.h"  // kBwdOrderRows
+#include "cuda/sm90/bulk_ops.cuh"
 #include "cuda/sm90/bwd_params.cuh"
 #include "cuda/sm90/pipeline.cuh"
 
 namespace jax_flash::cuda::sm90 {
-
-// global += shared (f32), `bytes` a multiple of 16; one bulk async group.
-__device__ __forceinline__ void bulk_reduce_add_f32(float* gmem, const float* smem, int bytes) {
-  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(gmem), "r"(s),
-               "r"(bytes)
-               : "memory");
-  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-}
-__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
-__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
-// Deterministic mode's counters (gpu scope), and the order between them and
-// the bulk copies (async proxy).
-__device__ __forceinline__ int load_acquire(const int* ptr) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(ptr) : "memory");
-  return v;
-}
-__device__ __forceinline__ void add_release(int* ptr, int v) {
-  asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(ptr), "r"(v) : "memory");
-}
-__device__ __forceinline__ void fence_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
 
 // Consumer thread ct's dQ accumulator fragment into (or out of) the staged
 // order.
@@ -87,6 +66,7 @@ __device__ __forceinline__ void bwd_write_dq(const BwdKernelParams<Cfg>& kp, typ
       }
       const int64_t row = (int64_t(w.batch) * kp.p.heads_q + h) * kp.rows_pad + int64_t(m) * M;
       bulk_reduce_add_f32(kp.dq_accum + row * D, ss.dq.data(), Cfg::kDqFloats * int(sizeof(float)));
+      bulk_commit();
       bulk_wait_read();
     }
     __syncwarp();
