@@ -6,8 +6,8 @@
 //   dS^T = P^T (dP^T - D)
 //   dV  += P^T dO, dK += dS^T Q          RS: P^T and dS^T from registers
 //   dS^T -> shared memory, then (both halves there) dQ = dS K, each
-//   warpgroup half of the head dim; the tile goes to the dQ writer
-//   (bwd_dq.cuh).
+//   warpgroup half of it (bwd_config.cuh: query rows at d64, head dim at
+//   d128); the tile goes to the dQ writer (bwd_dq.cuh).
 #pragma once
 
 #include <cute/tensor.hpp>
