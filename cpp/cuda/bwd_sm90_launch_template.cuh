@@ -1,12 +1,11 @@
-// Host side of the Hopper (wgmma) backward: availability check, smem
-// opt-in, launch sequence (the SM80 path's preprocess and dQ convert kernels
-// around the sm90 dK/dV kernel). Head dim == the instantiated one, 16
-// B-aligned inputs; plain attention and the masks-only variants without
-// segment ids in atomic or deterministic (ordered dQ reduces) mode, the
-// masks-only variants with segment ids, soft-cap, ALiBi or dropout (with or
-// without masks) in atomic mode; anything else
-// answers cudaErrorNotSupported so the caller can fall back to the SM80
-// kernels.
+// Host side of the Hopper (wgmma) backward. Plain attention and the
+// masks-only variants run the warp-specialised kernel (sm90/bwd_launch.cuh);
+// the older lockstep kernel here (availability check, smem opt-in, the SM80
+// path's preprocess and dQ convert kernels around its dK/dV kernel) serves
+// soft-cap, ALiBi or dropout (with or without masks) in atomic mode, and
+// plain attention where the new kernel declines. Head dim == the
+// instantiated one, 16 B-aligned inputs; anything else answers
+// cudaErrorNotSupported so the caller can fall back to the SM80 kernels.
 // Included only by instantiations/bwd_sm90_*.cu.
 #pragma once
 
@@ -122,12 +121,14 @@ cudaError_t run_bwd_sm90_hdim(const BwdParams& params, BwdLaunchFlags flags, cud
 }
 
 // Masks-only variants (window, lengths, query offsets, segment ids), atomic
-// mode, vector-aligned inputs (else NotSupported): the same tiles as plain.
+// mode and deterministic without segment ids, vector-aligned inputs (else
+// NotSupported: the SM80 kernels): the warp-specialised kernel's kMasks
+// instantiation (sm90/bwd_masks.cuh). (This file's older kernel keeps its
+// masks code for the logits traits below, which derive from it.)
 template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_sm90_masks_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream) {
-  using Traits = bwd90::BwdSm90Traits<kHeadDim, bwd::ElementOf<kDType>, true, false, false,
-                                      kBwdSm90BlockM<kHeadDim>, true>;
-  return bwd90::launch_bwd_sm90<Traits>(params, flags, stream);
+  using Cfg = sm90::BwdConfig<kHeadDim, bwd::ElementOf<kDType>, true>;
+  return sm90::launch_bwd_ws<Cfg>(params, flags, 0, stream);
 }
 
 // Soft-cap and / or ALiBi without dropout, or dropout alone, with or

@@ -9,6 +9,7 @@
 //   tokens, hidden 2048) for ncu.
 #include <cmath>
 #include <cstdio>
+#include <algorithm>
 #include <cstdlib>
 #include <random>
 #include <string>
@@ -28,7 +29,38 @@ namespace jf = jax_flash::cuda;
 struct Case {
   int b, sq, sk, hq, hkv, d;
   bool causal, deterministic;
+  // Masks-only variants (the kMasks kernel): a left window (-1: none),
+  // per-batch lengths (sq - 7b, sk - 5b), segment ids in runs of `doc`
+  // tokens (0: none).
+  int window = -1;
+  bool lengths = false;
+  int doc = 0;
+  bool masks() const { return window >= 0 || lengths || doc > 0; }
 };
+
+// Device copy of a host int32 vector (freed by the caller).
+static int32_t* upload_ints(const std::vector<int32_t>& h) {
+  void* d = nullptr;
+  if (cudaMalloc(&d, h.size() * 4) != cudaSuccess ||
+      cudaMemcpy(d, h.data(), h.size() * 4, cudaMemcpyHostToDevice) != cudaSuccess)
+    return nullptr;
+  return static_cast<int32_t*>(d);
+}
+
+// Segment ids in runs of doc tokens and their per-16-block [min, max].
+static void segments(int b, int s, int doc, std::vector<int32_t>& ids, std::vector<int32_t>& ranges) {
+  constexpr int kB = BwdParams::kSegmentBlock;
+  const int nblk = (s + kB - 1) / kB;
+  ids.assign(size_t(b) * s, 0);
+  ranges.assign(size_t(b) * nblk * 2, 0);
+  for (int bb = 0; bb < b; ++bb) {
+    for (int i = 0; i < s; ++i) ids[size_t(bb) * s + i] = (i + 37 * bb) / doc;
+    for (int k = 0; k < nblk; ++k) {
+      ranges[(size_t(bb) * nblk + k) * 2] = ids[size_t(bb) * s + k * kB];
+      ranges[(size_t(bb) * nblk + k) * 2 + 1] = ids[size_t(bb) * s + std::min(s, (k + 1) * kB) - 1];
+    }
+  }
+}
 
 static int run_case(const Case& c, std::mt19937& rng) {
   std::normal_distribution<float> nd;
@@ -69,13 +101,40 @@ static int run_case(const Case& c, std::mt19937& rng) {
   p.causal = c.causal;
   p.deterministic = c.deterministic;
   p.dtype = DType::kBFloat16;
+  std::vector<int32_t*> extra;
+  if (c.window >= 0) p.window_left = c.window;
+  if (c.lengths) {
+    std::vector<int32_t> ql(c.b), kl(c.b);
+    for (int bb = 0; bb < c.b; ++bb) ql[bb] = std::max(0, c.sq - 7 * bb), kl[bb] = std::max(0, c.sk - 5 * bb);
+    extra.push_back(upload_ints(ql));
+    p.q_seqlens = extra.back();
+    extra.push_back(upload_ints(kl));
+    p.kv_seqlens = extra.back();
+  }
+  if (c.doc > 0) {
+    std::vector<int32_t> ids, ranges;
+    segments(c.b, c.sq, c.doc, ids, ranges);
+    extra.push_back(upload_ints(ids));
+    p.q_segment_ids = extra.back();
+    extra.push_back(upload_ints(ranges));
+    p.q_segment_ranges = extra.back();
+    segments(c.b, c.sk, c.doc, ids, ranges);
+    extra.push_back(upload_ints(ids));
+    p.kv_segment_ids = extra.back();
+    extra.push_back(upload_ints(ranges));
+    p.kv_segment_ranges = extra.back();
+  }
+  for (const int32_t* x : extra) CHECK(x != nullptr ? cudaSuccess : cudaErrorMemoryAllocation);
   const size_t ws_bytes = jf::bwd_dsum_bytes(p) + jf::bwd_accum_bytes(p, c.d) + jf::bwd_order_bytes(p, c.d);
   CHECK(cudaMalloc(&ws, ws_bytes));
   p.workspace = ws;
   jf::BwdLaunchFlags flags;
   flags.vec_ok = flags.pair_ok = true;
-  const cudaError_t launched = c.d == 64 ? jf::run_bwd_sm90_hdim<DType::kBFloat16, 64>(p, flags, 0)
-                                         : jf::run_bwd_sm90_hdim<DType::kBFloat16, 128>(p, flags, 0);
+  const cudaError_t launched =
+      c.masks() ? (c.d == 64 ? jf::run_bwd_sm90_masks_hdim<DType::kBFloat16, 64>(p, flags, 0)
+                             : jf::run_bwd_sm90_masks_hdim<DType::kBFloat16, 128>(p, flags, 0))
+                : (c.d == 64 ? jf::run_bwd_sm90_hdim<DType::kBFloat16, 64>(p, flags, 0)
+                             : jf::run_bwd_sm90_hdim<DType::kBFloat16, 128>(p, flags, 0));
   CHECK(launched);
   CHECK(cudaDeviceSynchronize());
   size_t bad = 0;
@@ -84,9 +143,11 @@ static int run_case(const Case& c, std::mt19937& rng) {
     CHECK(cudaMemcpy(h.data(), ptr, n * 2, cudaMemcpyDeviceToHost));
     for (auto x : h) bad += !std::isfinite(__bfloat162float(x));
   }
-  std::printf("b=%d sq=%d sk=%d hq=%d hkv=%d d=%d causal=%d deterministic=%d: %zu non-finite\n", c.b, c.sq, c.sk,
-              c.hq, c.hkv, c.d, int(c.causal), int(c.deterministic), bad);
+  std::printf("b=%d sq=%d sk=%d hq=%d hkv=%d d=%d causal=%d deterministic=%d window=%d lengths=%d doc=%d: %zu non-finite\n",
+              c.b, c.sq, c.sk, c.hq, c.hkv, c.d, int(c.causal), int(c.deterministic), c.window, int(c.lengths), c.doc,
+              bad);
   for (void* ptr : {q, k, v, o, dout, dq, dk, dv, ws, static_cast<void*>(lse)}) cudaFree(ptr);
+  for (int32_t* x : extra) cudaFree(x);
   return bad != 0;
 }
 
@@ -102,6 +163,9 @@ int main(int argc, char** argv) {
       {1, 300, 131, 2, 1, 128, true, false},  {2, 257, 257, 2, 1, 128, false, false},
       {1, 383, 129, 2, 2, 64, true, true},    {1, 200, 390, 4, 2, 128, false, true},
       {1, 520, 520, 2, 1, 128, true, true},
+      // the masks kernel: window, lengths, segment ids (skipped tiles), deterministic
+      {2, 300, 300, 4, 2, 64, true, false, 70, true, 0}, {2, 333, 333, 2, 1, 128, true, false, -1, false, 90},
+      {1, 700, 700, 2, 2, 64, false, false, -1, true, 150}, {2, 400, 410, 2, 1, 128, true, true, 100, true, 0},
   };
   int fails = 0;
   for (const Case& c : cases) fails += run_case(c, rng);

@@ -20,6 +20,8 @@
 #include <cute/container/array_aligned.hpp>
 #include <cutlass/numeric_types.h>
 
+#include "cuda/sm90/bwd_masks.cuh"  // BwdMaskSmem
+
 namespace jax_flash::cuda::sm90 {
 
 using namespace cute;
@@ -32,17 +34,23 @@ template <int D> struct BwdTile;
 template <> struct BwdTile<64>  { static constexpr int kM = 128; };
 template <> struct BwdTile<128> { static constexpr int kM = 64; };
 
-template <int kHeadDim_, class Element_>
+// kMasks: the masks-only variants (bwd_masks.cuh); their per-CTA and
+// per-stage values follow the plain storage.
+template <int kHeadDim_, class Element_, bool kMasks_ = false>
 struct BwdConfig {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
+  static constexpr bool kMasks = kMasks_;
   static constexpr int kBlockM = BwdTile<kHeadDim>::kM;
   static constexpr int kBlockN = 128;
   static constexpr int kStages = 2;  // Q / dO / LSE / D ring
   static constexpr int kConsumerThreads = 256;
   static constexpr int kThreads = 128 + kConsumerThreads;  // warpgroup 0: TMA producer and dQ writer
+  // The pool is what the launch gave the CTA (168 a thread, the most that
+  // 384 threads get): setmaxnreg.inc waits until the other warpgroups have
+  // freed enough, so asking more in all hangs.
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
-  static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumerThreads <= 65536);
+  static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumerThreads <= 168 * kThreads);
 
   // S^T, dP^T (BN, BM): A = K / V (BN, D), B = Q / dO (BM, D), K-major both.
   using TiledMmaSdP = decltype(make_tiled_mma(
@@ -107,6 +115,7 @@ struct BwdConfig {
     // thread is done with it.
     alignas(8) uint64_t kv_full;
     uint64_t full[kStages], empty[kStages];
+    std::conditional_t<kMasks, BwdMaskSmem<kBlockM, kBlockN, kStages>, BwdNoMaskSmem> ms;
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 227 * 1024);

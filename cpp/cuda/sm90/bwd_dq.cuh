@@ -14,6 +14,7 @@
 #include "cuda/bwd_common.cuh"  // store_acc
 #include "cuda/bwd_dispatch.h"  // kBwdOrderRows
 #include "cuda/sm90/bulk_ops.cuh"
+#include "cuda/sm90/bwd_masks.cuh"
 #include "cuda/sm90/bwd_params.cuh"
 #include "cuda/sm90/pipeline.cuh"
 
@@ -52,14 +53,27 @@ __device__ __forceinline__ void bwd_write_dq(const BwdKernelParams<Cfg>& kp, typ
                                              const Work& w, int lane) {
   constexpr int M = Cfg::kBlockM, D = Cfg::kHeadDim;
   for (int step = 0; step < w.steps; ++step) {
-    named_sync(kBarDqFull, kDqBarThreads);
     const int h = w.head(step), m = w.m_block(step);
+    // (kMasks) A step the producer skipped (bwd_masks.cuh) stages nothing;
+    // the writer works that out as the producer did, and the consumers
+    // still take the handshake.
+    bool skip = false;
+    if constexpr (Cfg::kMasks) skip = (bwd_step_flags<M>(kp.p, w.batch, m * M, ss.ms) & kStepSkip) != 0;
+    named_sync(kBarDqFull, kDqBarThreads);
+    if (skip) {
+      if (step + 1 < w.steps) named_arrive(kBarDqEmpty, kDqBarThreads);
+      continue;
+    }
     int* counter = kp.dq_order == nullptr
                        ? nullptr
                        : kp.dq_order + (int64_t(w.batch) * kp.p.heads_q + h) * kp.order_rows + m * M / kBwdOrderRows;
     if (lane == 0) {
       if (counter != nullptr) {
-        const int rank = w.dq_rank(kp.p, m);
+        int rank;
+        if constexpr (Cfg::kMasks)
+          rank = masks_dq_rank<M, Cfg::kBlockN>(ss.ms.variant(kp.p, w.batch), w.n_block, w.n_blocks, m);
+        else
+          rank = w.dq_rank(kp.p, m);
         while (load_acquire(counter) < rank) {
         }
         fence_async_global();  // the counter read before the add

@@ -1,6 +1,7 @@
 // The warp-specialised Hopper (sm_90a) backward for plain attention (full
-// or causal, GQA, any sequence lengths), atomic-free within a CTA and with
-// dQ reduced by whole tiles: FlashAttention-3's shape.
+// or causal, GQA, any sequence lengths) and the masks-only variants
+// (Cfg::kMasks, bwd_masks.cuh), atomic-free within a CTA and with dQ
+// reduced by whole tiles: FlashAttention-3's shape.
 // - Warpgroup 0 gives up registers (setmaxnreg). Its warp 0 is the
 //   producer (bwd_producer.cuh); its warp 1 is the dQ writer (bwd_dq.cuh).
 // - Warpgroups 1 and 2 are the consumers, 64 keys each of the CTA's 128
@@ -13,6 +14,7 @@
 #include "cuda/bwd_sm90_common.cuh"  // store_dkdv
 #include "cuda/sm90/bwd_dq.cuh"
 #include "cuda/sm90/bwd_mainloop.cuh"
+#include "cuda/sm90/bwd_masks.cuh"
 #include "cuda/sm90/bwd_params.cuh"
 #include "cuda/sm90/bwd_producer.cuh"
 #include "cuda/sm90/bwd_scheduler.cuh"
@@ -45,7 +47,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_ws_kernel(const __grid_c
     cutlass::arch::fence_barrier_init();
   }
   __syncthreads();
-  const BwdWork<Cfg::kBlockM, N> w(kp.p, kp.order_group, kp.rotate);
+  BwdWork<Cfg::kBlockM, N> w(kp.p, kp.order_group, kp.rotate);
+  if constexpr (Cfg::kMasks) {  // every thread: the band's query tiles, the per-CTA values
+    int m_begin = 0, m_end = 0;
+    bwd_masks_setup<Cfg::kBlockM, N, Cfg::kThreads>(kp.p, w.batch, w.first_head, w.n_block * N, tid, ss.ms, m_begin,
+                                                    m_end);
+    w.set_query_tiles(m_begin, m_end, kp.p.heads_q / kp.p.heads_kv);
+  }
 
   if (warpgroup == 0) {
     cutlass::arch::warpgroup_reg_dealloc<Cfg::kProducerRegs>();

@@ -17,8 +17,9 @@
 
 namespace jax_flash::cuda::sm90 {
 
-// Plain attention, head_dim == the config's, 16 B aligned rows (TMA),
-// seqlen_q and seqlen_k > 0; else cudaErrorNotSupported (the caller runs
+// Plain attention (Cfg::kMasks: the masks-only variants), head_dim == the
+// config's, 16 B aligned rows (TMA), seqlen_q and seqlen_k > 0; else
+// cudaErrorNotSupported (the caller runs
 // the older kernels). rotate: deterministic mode's query-tile rotation
 // (BwdWork), 0 for none.
 template <class Cfg>
@@ -27,6 +28,9 @@ cudaError_t launch_bwd_ws(const BwdParams& p, BwdLaunchFlags flags, int rotate, 
   constexpr int M = Cfg::kBlockM, N = Cfg::kBlockN, D = Cfg::kHeadDim;
   static_assert(M % kBwdOrderRows == 0);
   if (p.head_dim != D || !flags.vec_ok || p.seqlen_q <= 0 || p.seqlen_k <= 0) return cudaErrorNotSupported;
+  // Masks-only variants; deterministic mode without segment ids (whose
+  // skipped tiles break masks_dq_rank's runs).
+  if (Cfg::kMasks && (!variant_masks_only(p) || (p.deterministic && p.segment_ids()))) return cudaErrorNotSupported;
   if (p.deterministic && bwd_order_bytes(p, D) == 0) return cudaErrorNotSupported;
   if (!bwd::rows_vec_ok(p.o, p.head_dim, p.o_batch_stride, p.o_row_stride, p.o_head_stride))
     return cudaErrorNotSupported;
@@ -62,9 +66,9 @@ cudaError_t launch_bwd_ws(const BwdParams& p, BwdLaunchFlags flags, int rotate, 
   const int key_tiles = (p.seqlen_k + N - 1) / N;
   kp.dq_order = p.deterministic ? reinterpret_cast<int*>(ws + bwd_dsum_bytes(p) + bwd_accum_bytes(p, D)) : nullptr;
   kp.order_rows = (p.seqlen_q + kBwdOrderRows - 1) / kBwdOrderRows;
-  kp.rotate = p.deterministic ? rotate : 0;
+  kp.rotate = p.deterministic && !Cfg::kMasks ? rotate : 0;  // (masks_dq_rank: highest first)
   kp.order_group = p.causal ? bwd_order_group(key_tiles, p.heads_kv, p.batch, p.seqlen_q, D, p.heads_q,
-                                              int(sizeof(Element)), false)
+                                              int(sizeof(Element)), p.segment_ids())
                             : 0;
 
   bwd::launch_preprocess<Element>(p, dsum, nullptr, D, stream);  // D = rowsum(dO O)

@@ -8,6 +8,8 @@
 //   dS^T -> shared memory, then (both halves there) dQ = dS K, each
 //   warpgroup half of it (bwd_config.cuh: query rows at d64, head dim at
 //   d128); the tile goes to the dQ writer (bwd_dq.cuh).
+// (kMasks) The producer's step flags say which steps need element masks
+// and which have nothing to do (bwd_masks.cuh).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -15,6 +17,7 @@
 
 #include "cuda/bwd_common.cuh"  // kLog2e
 #include "cuda/sm90/bwd_dq.cuh"
+#include "cuda/sm90/bwd_masks.cuh"
 #include "cuda/sm90/bwd_params.cuh"
 #include "cuda/sm90/pipeline.cuh"
 #include "cuda/sm90/wgmma.cuh"
@@ -72,12 +75,27 @@ struct BwdMainloop {
     static_assert(decltype(size<1>(AccS{}))::value == 1 && decltype(size<2>(AccS{}))::value == 1);
     const int Sq = p.seqlen_q, Sk = p.seqlen_k, n0 = w.n_block * N;
 
+    // (kMasks) Thread 0's coordinates, compile-time values (masks_t).
+    Tensor tSc0 = mma_sdp.get_thread_slice(0).partition_C(make_identity_tensor(Shape<Int<N>, Int<M>>{}));
+    Tensor tSc0_rc = make_tensor(tSc0.data(), fwd::acc_rowcol_layout(tSc0.layout()));
+
     barrier_wait(ss.kv_full, 0u);
     RingState<Cfg::kStages> ring;
     for (int step = 0; step < w.steps; ++step) {
       const int st = ring.index;
       const int m0 = w.m_block(step) * M;
       barrier_wait(ss.full[st], ring.phase);
+      int flags = 0;
+      if constexpr (Cfg::kMasks) {
+        flags = ss.ms.flags[st];
+        if (flags & kStepSkip) {  // ids disjoint from the key tile's: nothing loaded, nothing to add
+          barrier_arrive(ss.empty[st]);
+          if (step > 0) named_sync(kBarDqEmpty, kDqBarThreads);  // the writer's handshake, nothing staged
+          named_arrive(kBarDqFull, kDqBarThreads);
+          ring.advance();
+          continue;
+        }
+      }
       AccS acc_s, acc_dp;
       fwd::wgmma_issue<true, false>(mma_sdp, tSrK, tSrQ(_, _, _, st), acc_s);
       fwd::wgmma_issue<true, false>(mma_sdp, tSrV, tSrdO(_, _, _, st), acc_dp);
@@ -111,7 +129,7 @@ struct BwdMainloop {
       warpgroup_fence_operand(acc_s);
       prefetch(ss.dsum[st], dsum);
 
-      const bool mask = (p.causal && m0 < n0 + N - 1) || n0 + N > Sk || m0 + M > Sq;
+      const bool mask = !Cfg::kMasks && ((p.causal && m0 < n0 + N - 1) || n0 + N > Sk || m0 + M > Sq);
       CUTE_UNROLL
       for (int j = 0; j < kPairs; ++j) {
         const float2 l2 = stat(lse2, ss.lse2[st], j);
@@ -128,6 +146,16 @@ struct BwdMainloop {
             }
             s(r, c) = pv;
           }
+        }
+      }
+      if constexpr (Cfg::kMasks) {
+        // The variants' element masks as a second pass over P^T (a select an
+        // element), under the dP^T wgmma.
+        if (flags & bwd90::kTileMask) {
+          const int rb = get<0>(tSc_rc(0, 0)) - get<0>(tSc0_rc(0, 0));  // key offset
+          const int cb = get<1>(tSc_rc(0, 0)) - get<1>(tSc0_rc(0, 0));  // query offset
+          bwd90::masks_t(tSc0_rc, rb, cb, ss.ms.qseg[st], ss.ms.kseg, flags & bwd90::kTileSeg,
+                         ss.ms.variant(p, w.batch).tile_mask(m0, n0), [&](int r, int c) { s(r, c) = 0.f; });
         }
       }
       warpgroup_wait<0>();

@@ -4,13 +4,15 @@
 // landed; empty: the consumers let go). Every lane loads some of the step's
 // LSE (turned into log2 units) and D entries into the stage and arrives on
 // its full barrier: those rows are not padded, so a bulk copy could not
-// take them.
+// take them. (kMasks) It also decides each step's mask flags and puts
+// them, with the query tile's segment ids where compared, beside the stage.
 #pragma once
 
 #include <cute/tensor.hpp>
 #include <cute/arch/copy_sm90_tma.hpp>
 
 #include "cuda/bwd_kernel.cuh"  // lse_to_log2
+#include "cuda/sm90/bwd_masks.cuh"
 #include "cuda/sm90/bwd_params.cuh"
 #include "cuda/sm90/bwd_scheduler.cuh"
 #include "cuda/sm90/pipeline.cuh"
@@ -47,6 +49,11 @@ __device__ __forceinline__ void bwd_produce(const BwdKernelParams<Cfg>& kp, type
   ring.phase = 1u;  // buffers start free
   for (int step = 0; step < w.steps; ++step) {
     const int h = w.head(step), m = w.m_block(step);
+    // (kMasks) The step's flags; a step whose ids cannot meet the key
+    // tile's loads nothing and only tells the consumers so.
+    int flags = 0;
+    if constexpr (Cfg::kMasks) flags = bwd_step_flags<M>(p, w.batch, m * M, ss.ms);
+    const bool load = !(flags & kStepSkip);
     Tensor gQ = local_tile(mQ(_, _, h, w.batch), Shape<Int<M>, Int<D>>{}, make_coord(m, _0{}));
     Tensor gdO = local_tile(mdO(_, _, h, w.batch), Shape<Int<M>, Int<D>>{}, make_coord(m, _0{}));
     auto q_part = tma_partition(kp.tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
@@ -58,13 +65,13 @@ __device__ __forceinline__ void bwd_produce(const BwdKernelParams<Cfg>& kp, type
     CUTE_UNROLL
     for (int j = 0; j < kPerLane; ++j) {
       const int r = lane + 32 * j;
-      const bool valid = m * M + r < p.seqlen_q;
+      const bool valid = load && m * M + r < p.seqlen_q;
       lse2[j] = valid ? bwd::lse_to_log2(p.lse[row0 + r]) : INFINITY;  // padding rows: P = 0
       dsum[j] = valid ? kp.dsum[row0 + r] : 0.f;
     }
     const int st = ring.index;
     barrier_wait(ss.empty[st], ring.phase);
-    if (lane == 0) {
+    if (lane == 0 && load) {
       // The bytes before the copies (and before this lane's arrival below).
       ClusterTransactionBarrier::expect_transaction(&ss.full[st], 2 * Cfg::kQBytes);
       copy(kp.tma_q.with(ss.full[st]), get<0>(q_part), get<1>(q_part)(_, st));
@@ -74,6 +81,17 @@ __device__ __forceinline__ void bwd_produce(const BwdKernelParams<Cfg>& kp, type
     for (int j = 0; j < kPerLane; ++j) {
       ss.lse2[st][lane + 32 * j] = lse2[j];
       ss.dsum[st][lane + 32 * j] = dsum[j];
+    }
+    if constexpr (Cfg::kMasks) {
+      if (lane == 0) ss.ms.flags[st] = flags;
+      if (flags & bwd90::kTileSeg) {
+        CUTE_UNROLL
+        for (int j = 0; j < kPerLane; ++j) {
+          const int r = m * M + lane + 32 * j;
+          ss.ms.qseg[st][lane + 32 * j] =
+              r < p.seqlen_q ? int(p.q_segment_ids[int64_t(w.batch) * p.seqlen_q + r]) : 0;
+        }
+      }
     }
     barrier_arrive(ss.full[st]);  // release: the stores above
     ring.advance();

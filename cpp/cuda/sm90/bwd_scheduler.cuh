@@ -39,6 +39,12 @@ struct BwdWork {
     num_m = m_end > m_begin ? m_end - m_begin : 0;
     steps = group * num_m;
   }
+  // The query tiles [m_begin_, m_end_) instead (the masks variants' bounds).
+  __device__ __forceinline__ void set_query_tiles(int m_begin_, int m_end_, int group) {
+    m_begin = m_begin_;
+    num_m = m_end_ > m_begin_ ? m_end_ - m_begin_ : 0;
+    steps = group * num_m;
+  }
   __device__ __forceinline__ int head(int step) const { return first_head + step / num_m; }
   __device__ __forceinline__ int m_block(int step) const {
     const int i = step % num_m;

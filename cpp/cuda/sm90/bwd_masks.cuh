@@ -1,0 +1,122 @@
+// The masks-only variants (window, lengths, query offsets, segment ids;
+// cuda::Variant) in the warp-specialised Hopper backward.
+// - Before the warps take their roles, the whole CTA bounds the query tiles
+//   its key tile can meet (the band and the lengths; with segment ids, the
+//   first and last tiles whose id ranges meet the key tile's) and keeps the
+//   per-CTA values in shared memory.
+// - The producer decides each step's flags (element masks, segment ids
+//   compared, or nothing to do: ids disjoint from the key tile's) and puts
+//   them beside the stage, with the query tile's ids when compared. The dQ
+//   writer works out the skipped steps the same way.
+// - The consumers zero the hidden elements of P^T in a second pass, under
+//   the dP^T wgmma (bwd_sm90_masks.cuh masks_t).
+// The band's key tiles that meet a query tile form a run, so deterministic
+// mode (without segment ids: the launcher's rule) ranks a dQ add by binary
+// search, as the older kernel did.
+#pragma once
+
+#include <climits>
+#include <cstdint>
+
+#include "cuda/bwd_sm90_masks.cuh"  // narrow_query_tiles, tile_flags, masks_t, kTileMask, kTileSeg
+#include "cuda/variants.cuh"
+#include "params.h"
+
+namespace jax_flash::cuda::sm90 {
+
+// Step flags: bwd90::kTileMask, bwd90::kTileSeg, or kStepSkip.
+inline constexpr int kStepSkip = 4;
+
+template <int kBlockM, int kBlockN, int kStages>
+struct BwdMaskSmem {
+  int qseg[kStages][kBlockM];  // the stage's query ids (kTileSeg steps)
+  int kseg[kBlockN];           // the key tile's ids
+  int flags[kStages];          // the stage's step flags
+  int scan[2];                 // narrow_query_tiles' first / last 16-row block
+  int one_id;                  // every block scanned and the key tile hold one id
+  int q_len, kv_len;           // the Variant's per-batch values
+  int k_mn, k_mx;              // the key tile's id range
+  // Variant::tile_needs_mask of query tile m0 against this key tile, as
+  // 32-bit tests (the producer has 32 registers): m0 < mask_below (the
+  // band's right side), m0 > mask_above (its left), or key_edge (keys past
+  // kv_len in the tile), or m0 + M > q_len.
+  int mask_below, mask_above, key_edge;
+  int64_t offset;
+
+  __device__ __forceinline__ Variant variant(const FwdParams& p, int b) const {
+    return Variant(p, b, q_len, kv_len, offset);
+  }
+  __device__ __forceinline__ Variant::SegRange k_rng() const { return Variant::SegRange{k_mn, k_mx}; }
+};
+struct BwdNoMaskSmem {};
+
+// Every thread of the CTA: the query tiles [m_begin, m_end) key tile n0
+// may meet, and the per-CTA values into ms. Two or four __syncthreads.
+template <int M, int N, int kThreads, class MaskSmem>
+__device__ __forceinline__ void bwd_masks_setup(const BwdParams& p, int b, int first_head, int n0, int tid,
+                                                MaskSmem& ms, int& m_begin, int& m_end) {
+  const Variant var(p, b, first_head);
+  var.template query_tiles<M>(n0, n0 + N - 1, m_begin, m_end);
+  const Variant::SegRange k_rng = var.k_range(n0, N);
+  if (tid == 0) {
+    ms.q_len = var.q_len;
+    ms.kv_len = var.kv_len;
+    ms.offset = var.offset;
+    ms.k_mn = k_rng.mn;
+    ms.k_mx = k_rng.mx;
+    constexpr int64_t kBig = int64_t(1) << 30;
+    const int64_t below = var.right() >= 0 ? int64_t(n0) + N - 1 - var.offset - var.right() : -kBig;
+    const int64_t above = var.left() >= 0 ? int64_t(n0) - (M - 1) - var.offset + var.left() : kBig;
+    ms.mask_below = int(max(-kBig, min(kBig, below)));
+    ms.mask_above = int(max(-kBig, min(kBig, above)));
+    ms.key_edge = n0 + N > var.kv_len;
+  }
+  if (tid < N)
+    ms.kseg[tid] = var.segments() && n0 + tid < p.seqlen_k ? int(p.kv_segment_ids[int64_t(b) * p.seqlen_k + n0 + tid]) : 0;
+  if (var.seg_ranges() && m_end > m_begin) {
+    bwd90::narrow_query_tiles<M, kThreads>(var, p, b, k_rng, tid, ms, m_begin, m_end);
+  } else if (tid == 0) {
+    ms.one_id = 0;
+  }
+  __syncthreads();
+}
+
+// The producer: step flags of query tile m0 (all lanes compute the same),
+// bwd90::tile_flags in the precomputed 32-bit form.
+template <int M, class MaskSmem>
+__device__ __forceinline__ int bwd_step_flags(const BwdParams& p, int b, int m0, const MaskSmem& ms) {
+  int flags = 0;
+  if (p.q_segment_ids != nullptr && p.kv_segment_ids != nullptr && !ms.one_id) {
+    Variant::SegRange qr;  // unknown (no ranges): meets everything
+    if (p.q_segment_ranges != nullptr && p.kv_segment_ranges != nullptr) {
+      constexpr int kB = Variant::kSegBlock;
+      const int32_t* rng = p.q_segment_ranges + int64_t(b) * ((p.seqlen_q + kB - 1) / kB) * 2;
+      Variant::seg_range(rng, m0, M, p.seqlen_q, qr.mn, qr.mx);
+    }
+    const Variant::SegRange kr = ms.k_rng();
+    if (Variant::disjoint(qr, kr)) return kStepSkip;
+    if (!Variant::same_single(qr, kr)) flags = bwd90::kTileMask | bwd90::kTileSeg;
+  }
+  if (ms.key_edge || m0 + M > ms.q_len || m0 < ms.mask_below || m0 > ms.mask_above) flags |= bwd90::kTileMask;
+  return flags;
+}
+
+// Deterministic mode: how many CTAs of higher key tile add into query tile
+// mt before key tile nb (which visits it): the band's visitors of mt at or
+// above nb are a run [nb, last].
+template <int M, int N>
+__device__ __forceinline__ int masks_dq_rank(const Variant& v, int nb, int n_blocks, int mt) {
+  int lo = nb, hi = n_blocks - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    int a = 0, z = 0;
+    v.template query_tiles<M>(mid * N, mid * N + N - 1, a, z);
+    if (a <= mt && mt < z)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo - nb;
+}
+
+}  // namespace jax_flash::cuda::sm90
