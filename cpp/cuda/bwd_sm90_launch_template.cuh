@@ -1,9 +1,8 @@
-// Host side of the Hopper (wgmma) backward. Plain attention and the
-// masks-only variants run the warp-specialised kernel (sm90/bwd_launch.cuh);
-// the older lockstep kernel here (availability check, smem opt-in, the SM80
-// path's preprocess and dQ convert kernels around its dK/dV kernel) serves
-// soft-cap, ALiBi or dropout (with or without masks) in atomic mode, and
-// plain attention where the new kernel declines. Head dim == the
+// Host side of the Hopper (wgmma) backward. Plain attention and every
+// variant run the warp-specialised kernel (sm90/bwd_launch.cuh); the older
+// lockstep kernel here (availability check, smem opt-in, the SM80 path's
+// preprocess and dQ convert kernels around its dK/dV kernel) serves plain
+// attention only where the new kernel declines. Head dim == the
 // instantiated one, 16 B-aligned inputs; anything else answers
 // cudaErrorNotSupported so the caller can fall back to the SM80 kernels.
 // Included only by instantiations/bwd_sm90_*.cu.
@@ -123,23 +122,17 @@ cudaError_t run_bwd_sm90_hdim(const BwdParams& params, BwdLaunchFlags flags, cud
 // Masks-only variants (window, lengths, query offsets, segment ids), atomic
 // mode and deterministic without segment ids, vector-aligned inputs (else
 // NotSupported: the SM80 kernels): the warp-specialised kernel's kMasks
-// instantiation (sm90/bwd_masks.cuh). (This file's older kernel keeps its
-// masks code for the logits traits below, which derive from it.)
+// instantiation (sm90/bwd_masks.cuh).
 template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_sm90_masks_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream) {
   using Cfg = sm90::BwdConfig<kHeadDim, bwd::ElementOf<kDType>, true>;
   return sm90::launch_bwd_ws<Cfg>(params, flags, 0, stream);
 }
 
-// Soft-cap and / or ALiBi without dropout, or dropout alone, with or
-// without the masks-only variants, atomic mode, vector-aligned inputs (else
-// NotSupported): the masks kernel's tiles, one kernel per transform set.
-// The soft-cap tanh pass is held before the dP^T wait (kTanhFirst) only
-// with ALiBi too: alone, ptxas's own schedule measured faster (H100, 8k
-// causal: d128 1.06x vs 1.09x plain, d64 1.09x at 128 query rows), with
-// ALiBi slower (1.16x vs 1.15x at d128). d64 at 64 query rows (spill-free)
-// measured 1.48x: the step overhead is dearer than the 60 B spill at 128
-// rows.
+// The older kernel's logits instantiations, no longer launched: the CUDA
+// harnesses under tests/cuda/ (bwd_alt.cu) still build them. The soft-cap
+// tanh pass there is held before the dP^T wait (kTanhFirst) only with
+// ALiBi too.
 template <int kLogits>
 inline constexpr bool kBwdSm90TanhFirst = kLogits == (fwd::kLogitSoftcap | fwd::kLogitAlibi);
 
@@ -151,19 +144,23 @@ using LogitsTraitsFor =
                         kLogits, kTanhFirst>;
 }  // namespace bwd90
 
+// Soft-cap and / or ALiBi without dropout, or dropout alone, with or
+// without the masks-only variants, atomic mode, vector-aligned inputs (else
+// NotSupported: the SM80 kernels): the warp-specialised kernel's kLogits
+// instantiations (sm90/bwd_logits.cuh), one a transform set.
 template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_sm90_logits_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream) {
-  using bwd90::LogitsTraitsFor;
-  constexpr int kCap = fwd::kLogitSoftcap, kAlibi = fwd::kLogitAlibi;
+  constexpr int kCap = fwd::kLogitSoftcap, kAlibi = fwd::kLogitAlibi, kDrop = fwd::kLogitDropout;
+  using T = bwd::ElementOf<kDType>;
   switch (bwd90::logits_kind(params)) {
     case kCap:
-      return bwd90::launch_bwd_sm90<LogitsTraitsFor<kDType, kHeadDim, kCap>>(params, flags, stream);
+      return sm90::launch_bwd_ws<sm90::BwdConfig<kHeadDim, T, true, kCap>>(params, flags, 0, stream);
     case kAlibi:
-      return bwd90::launch_bwd_sm90<LogitsTraitsFor<kDType, kHeadDim, kAlibi>>(params, flags, stream);
+      return sm90::launch_bwd_ws<sm90::BwdConfig<kHeadDim, T, true, kAlibi>>(params, flags, 0, stream);
     case kCap | kAlibi:
-      return bwd90::launch_bwd_sm90<LogitsTraitsFor<kDType, kHeadDim, kCap | kAlibi>>(params, flags, stream);
-    case fwd::kLogitDropout:
-      return bwd90::launch_bwd_sm90<LogitsTraitsFor<kDType, kHeadDim, fwd::kLogitDropout>>(params, flags, stream);
+      return sm90::launch_bwd_ws<sm90::BwdConfig<kHeadDim, T, true, kCap | kAlibi>>(params, flags, 0, stream);
+    case kDrop:
+      return sm90::launch_bwd_ws<sm90::BwdConfig<kHeadDim, T, true, kDrop>>(params, flags, 0, stream);
     default:
       return cudaErrorNotSupported;
   }

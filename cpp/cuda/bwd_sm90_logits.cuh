@@ -97,7 +97,8 @@ __device__ __forceinline__ void with_bias(TC0 const& tSc0_rc, const AlibiTile& a
 }
 
 // Pass 1, under the dP^T wgmma. Soft-cap: s <- t. ALiBi alone: s <- P^T.
-template <int kLogits, class TS, class TC0>
+// kLse2: lse holds lse log2(e) already (the warp-specialised kernel's stages).
+template <int kLogits, bool kLse2 = false, class TS, class TC0>
 __device__ __forceinline__ void logits_pass1(TS& s, TC0 const& tSc0_rc, int cb, const float* lse, float scale_log2,
                                              float qk_mul, const AlibiTile& al) {
   constexpr int kRows = decltype(size<0>(s))::value;
@@ -111,7 +112,8 @@ __device__ __forceinline__ void logits_pass1(TS& s, TC0 const& tSc0_rc, int cb, 
     with_bias<true>(tSc0_rc, al, [&](auto&& arg) {
 #pragma unroll
       for (int c = 0; c < size<1>(s); ++c) {
-        const float l2 = bwd::lse_to_log2(lse[cb + get<1>(tSc0_rc(0, c))]);
+        const float lv = lse[cb + get<1>(tSc0_rc(0, c))];
+        const float l2 = kLse2 ? lv : bwd::lse_to_log2(lv);
 #pragma unroll
         for (int r = 0; r < kRows; ++r) s(r, c) = exp2f(fmaf(s(r, c), scale_log2, arg(r, c, l2)));
       }
@@ -121,7 +123,7 @@ __device__ __forceinline__ void logits_pass1(TS& s, TC0 const& tSc0_rc, int cb, 
 
 // Pass 2 with soft-cap, once dP^T is there: s holds t, ds dP^T; s <- P^T,
 // ds <- dS^T.
-template <int kLogits, class TS, class TD, class TC0>
+template <int kLogits, bool kLse2 = false, class TS, class TD, class TC0>
 __device__ __forceinline__ void softcap_pass2(TS& s, TD& ds, TC0 const& tSc0_rc, int cb, const float* lse,
                                               const float* dsum, float cap_log2, const AlibiTile& al) {
   static_assert((kLogits & kLogitSoftcap) != 0);
@@ -130,7 +132,7 @@ __device__ __forceinline__ void softcap_pass2(TS& s, TD& ds, TC0 const& tSc0_rc,
 #pragma unroll
     for (int c = 0; c < size<1>(s); ++c) {
       const int qc = cb + get<1>(tSc0_rc(0, c));
-      const float l2 = bwd::lse_to_log2(lse[qc]), dd = dsum[qc];
+      const float l2 = kLse2 ? lse[qc] : bwd::lse_to_log2(lse[qc]), dd = dsum[qc];
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
         const float t = s(r, c);

@@ -35,8 +35,23 @@ struct Case {
   int window = -1;
   bool lengths = false;
   int doc = 0;
+  // Logit transforms (the kLogits kernels): soft-cap, ALiBi, dropout rate.
+  float softcap = 0.f;
+  bool alibi = false;
+  float dropout = 0.f;
+  bool logits() const { return softcap > 0.f || alibi || dropout > 0.f; }
   bool masks() const { return window >= 0 || lengths || doc > 0; }
 };
+
+// Device copy of host words (freed by the caller).
+template <class T>
+static T* upload_vec(const std::vector<T>& h) {
+  void* d = nullptr;
+  if (cudaMalloc(&d, h.size() * sizeof(T)) != cudaSuccess ||
+      cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice) != cudaSuccess)
+    return nullptr;
+  return static_cast<T*>(d);
+}
 
 // Device copy of a host int32 vector (freed by the caller).
 static int32_t* upload_ints(const std::vector<int32_t>& h) {
@@ -124,14 +139,30 @@ static int run_case(const Case& c, std::mt19937& rng) {
     extra.push_back(upload_ints(ranges));
     p.kv_segment_ranges = extra.back();
   }
+  std::vector<void*> extra_words;
+  p.softcap = c.softcap;
+  if (c.alibi) {
+    std::vector<float> slopes(c.hq);
+    for (int h = 0; h < c.hq; ++h) slopes[h] = 0.5f / float(h + 1);
+    extra_words.push_back(upload_vec(slopes));
+    p.alibi_slopes = static_cast<const float*>(extra_words.back());
+  }
+  if (c.dropout > 0.f) {
+    extra_words.push_back(upload_vec(std::vector<uint32_t>{0x1234u, 0xBEEFu}));
+    p.dropout_seed = static_cast<const uint32_t*>(extra_words.back());
+    p.dropout_rate = c.dropout;
+  }
   for (const int32_t* x : extra) CHECK(x != nullptr ? cudaSuccess : cudaErrorMemoryAllocation);
+  for (const void* x : extra_words) CHECK(x != nullptr ? cudaSuccess : cudaErrorMemoryAllocation);
   const size_t ws_bytes = jf::bwd_dsum_bytes(p) + jf::bwd_accum_bytes(p, c.d) + jf::bwd_order_bytes(p, c.d);
   CHECK(cudaMalloc(&ws, ws_bytes));
   p.workspace = ws;
   jf::BwdLaunchFlags flags;
   flags.vec_ok = flags.pair_ok = true;
   const cudaError_t launched =
-      c.masks() ? (c.d == 64 ? jf::run_bwd_sm90_masks_hdim<DType::kBFloat16, 64>(p, flags, 0)
+      c.logits()  ? (c.d == 64 ? jf::run_bwd_sm90_logits_hdim<DType::kBFloat16, 64>(p, flags, 0)
+                               : jf::run_bwd_sm90_logits_hdim<DType::kBFloat16, 128>(p, flags, 0))
+      : c.masks() ? (c.d == 64 ? jf::run_bwd_sm90_masks_hdim<DType::kBFloat16, 64>(p, flags, 0)
                              : jf::run_bwd_sm90_masks_hdim<DType::kBFloat16, 128>(p, flags, 0))
                 : (c.d == 64 ? jf::run_bwd_sm90_hdim<DType::kBFloat16, 64>(p, flags, 0)
                              : jf::run_bwd_sm90_hdim<DType::kBFloat16, 128>(p, flags, 0));
@@ -143,11 +174,13 @@ static int run_case(const Case& c, std::mt19937& rng) {
     CHECK(cudaMemcpy(h.data(), ptr, n * 2, cudaMemcpyDeviceToHost));
     for (auto x : h) bad += !std::isfinite(__bfloat162float(x));
   }
-  std::printf("b=%d sq=%d sk=%d hq=%d hkv=%d d=%d causal=%d deterministic=%d window=%d lengths=%d doc=%d: %zu non-finite\n",
+  std::printf("b=%d sq=%d sk=%d hq=%d hkv=%d d=%d causal=%d deterministic=%d window=%d lengths=%d doc=%d softcap=%g "
+              "alibi=%d dropout=%g: %zu non-finite\n",
               c.b, c.sq, c.sk, c.hq, c.hkv, c.d, int(c.causal), int(c.deterministic), c.window, int(c.lengths), c.doc,
-              bad);
+              c.softcap, int(c.alibi), c.dropout, bad);
   for (void* ptr : {q, k, v, o, dout, dq, dk, dv, ws, static_cast<void*>(lse)}) cudaFree(ptr);
   for (int32_t* x : extra) cudaFree(x);
+  for (void* x : extra_words) cudaFree(x);
   return bad != 0;
 }
 
@@ -166,6 +199,9 @@ int main(int argc, char** argv) {
       // the masks kernel: window, lengths, segment ids (skipped tiles), deterministic
       {2, 300, 300, 4, 2, 64, true, false, 70, true, 0}, {2, 333, 333, 2, 1, 128, true, false, -1, false, 90},
       {1, 700, 700, 2, 2, 64, false, false, -1, true, 150}, {2, 400, 410, 2, 1, 128, true, true, 100, true, 0},
+      // the logits kernels: soft-cap + ALiBi with segment ids, soft-cap alone, dropout with a window
+      {2, 333, 300, 4, 2, 64, true, false, -1, false, 90, 20.f, true}, {1, 257, 300, 2, 1, 128, false, false, -1, true, 0, 30.f},
+      {2, 300, 300, 2, 2, 128, true, false, 80, false, 0, 0.f, false, 0.2f},
   };
   int fails = 0;
   for (const Case& c : cases) fails += run_case(c, rng);

@@ -20,7 +20,8 @@
 #include <cute/container/array_aligned.hpp>
 #include <cutlass/numeric_types.h>
 
-#include "cuda/sm90/bwd_masks.cuh"  // BwdMaskSmem
+#include "cuda/sm90/bwd_logits.cuh"  // BwdLogitSmem
+#include "cuda/sm90/bwd_masks.cuh"   // BwdMaskSmem
 
 namespace jax_flash::cuda::sm90 {
 
@@ -34,13 +35,16 @@ template <int D> struct BwdTile;
 template <> struct BwdTile<64>  { static constexpr int kM = 128; };
 template <> struct BwdTile<128> { static constexpr int kM = 64; };
 
-// kMasks: the masks-only variants (bwd_masks.cuh); their per-CTA and
-// per-stage values follow the plain storage.
-template <int kHeadDim_, class Element_, bool kMasks_ = false>
+// kMasks: the masks-only variants (bwd_masks.cuh); kLogits (with kMasks):
+// soft-cap / ALiBi, or dropout alone, fwd::kLogit* bits (bwd_logits.cuh).
+// Their per-CTA and per-stage values follow the plain storage.
+template <int kHeadDim_, class Element_, bool kMasks_ = false, int kLogits_ = 0>
 struct BwdConfig {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kMasks = kMasks_;
+  static constexpr int kLogits = kLogits_;
+  static_assert(kLogits == 0 || (kMasks && ((kLogits > 0 && kLogits <= 3) || kLogits == fwd::kLogitDropout)));
   static constexpr int kBlockM = BwdTile<kHeadDim>::kM;
   static constexpr int kBlockN = 128;
   static constexpr int kStages = 2;  // Q / dO / LSE / D ring
@@ -116,6 +120,7 @@ struct BwdConfig {
     alignas(8) uint64_t kv_full;
     uint64_t full[kStages], empty[kStages];
     std::conditional_t<kMasks, BwdMaskSmem<kBlockM, kBlockN, kStages>, BwdNoMaskSmem> ms;
+    std::conditional_t<kLogits != 0, BwdLogitSmem<kStages>, BwdNoMaskSmem> ls;
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 227 * 1024);

@@ -1,6 +1,7 @@
 // The warp-specialised Hopper (sm_90a) backward for plain attention (full
-// or causal, GQA, any sequence lengths) and the masks-only variants
-// (Cfg::kMasks, bwd_masks.cuh), atomic-free within a CTA and with dQ
+// or causal, GQA, any sequence lengths), the masks-only variants
+// (Cfg::kMasks, bwd_masks.cuh) and the logit transforms on top of them
+// (Cfg::kLogits, bwd_logits.cuh), atomic-free within a CTA and with dQ
 // reduced by whole tiles: FlashAttention-3's shape.
 // - Warpgroup 0 gives up registers (setmaxnreg). Its warp 0 is the
 //   producer (bwd_producer.cuh); its warp 1 is the dQ writer (bwd_dq.cuh).
@@ -50,6 +51,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_ws_kernel(const __grid_c
   BwdWork<Cfg::kBlockM, N> w(kp.p, kp.order_group, kp.rotate);
   if constexpr (Cfg::kMasks) {  // every thread: the band's query tiles, the per-CTA values
     int m_begin = 0, m_end = 0;
+    if constexpr (Cfg::kLogits != 0) {
+      if (tid == 0) bwd_logits_setup(kp.p, ss.ls);
+    }
     bwd_masks_setup<Cfg::kBlockM, N, Cfg::kThreads>(kp.p, w.batch, w.first_head, w.n_block * N, tid, ss.ms, m_begin,
                                                     m_end);
     w.set_query_tiles(m_begin, m_end, kp.p.heads_q / kp.p.heads_kv);

@@ -17,7 +17,8 @@
 
 namespace jax_flash::cuda::sm90 {
 
-// Plain attention (Cfg::kMasks: the masks-only variants), head_dim == the
+// Plain attention (Cfg::kMasks: the masks-only variants; Cfg::kLogits: a
+// logit transform set on top, atomic mode), head_dim == the
 // config's, 16 B aligned rows (TMA), seqlen_q and seqlen_k > 0; else
 // cudaErrorNotSupported (the caller runs
 // the older kernels). rotate: deterministic mode's query-tile rotation
@@ -28,9 +29,14 @@ cudaError_t launch_bwd_ws(const BwdParams& p, BwdLaunchFlags flags, int rotate, 
   constexpr int M = Cfg::kBlockM, N = Cfg::kBlockN, D = Cfg::kHeadDim;
   static_assert(M % kBwdOrderRows == 0);
   if (p.head_dim != D || !flags.vec_ok || p.seqlen_q <= 0 || p.seqlen_k <= 0) return cudaErrorNotSupported;
-  // Masks-only variants; deterministic mode without segment ids (whose
-  // skipped tiles break masks_dq_rank's runs).
-  if (Cfg::kMasks && (!variant_masks_only(p) || (p.deterministic && p.segment_ids()))) return cudaErrorNotSupported;
+  if constexpr (Cfg::kLogits != 0) {
+    // Exactly this kernel's logit transforms (with or without masks), atomic mode.
+    if (p.deterministic || bwd90::logits_kind(p) != Cfg::kLogits) return cudaErrorNotSupported;
+  } else if constexpr (Cfg::kMasks) {
+    // Masks-only variants; deterministic mode without segment ids (whose
+    // skipped tiles break masks_dq_rank's runs).
+    if (!variant_masks_only(p) || (p.deterministic && p.segment_ids())) return cudaErrorNotSupported;
+  }
   if (p.deterministic && bwd_order_bytes(p, D) == 0) return cudaErrorNotSupported;
   if (!bwd::rows_vec_ok(p.o, p.head_dim, p.o_batch_stride, p.o_row_stride, p.o_head_stride))
     return cudaErrorNotSupported;

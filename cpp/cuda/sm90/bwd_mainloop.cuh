@@ -9,7 +9,8 @@
 //   warpgroup half of it (bwd_config.cuh: query rows at d64, head dim at
 //   d128); the tile goes to the dQ writer (bwd_dq.cuh).
 // (kMasks) The producer's step flags say which steps need element masks
-// and which have nothing to do (bwd_masks.cuh).
+// and which have nothing to do (bwd_masks.cuh). (kLogits) Soft-cap, ALiBi
+// or dropout change how P^T and dS^T are made (bwd_logits.cuh).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -17,6 +18,7 @@
 
 #include "cuda/bwd_common.cuh"  // kLog2e
 #include "cuda/sm90/bwd_dq.cuh"
+#include "cuda/sm90/bwd_logits.cuh"
 #include "cuda/sm90/bwd_masks.cuh"
 #include "cuda/sm90/bwd_params.cuh"
 #include "cuda/sm90/pipeline.cuh"
@@ -29,6 +31,11 @@ template <class Cfg>
 struct BwdMainloop {
   using Element = typename Cfg::Element;
   static constexpr int M = Cfg::kBlockM, N = Cfg::kBlockN, D = Cfg::kHeadDim;
+  static constexpr int kLogits = Cfg::kLogits;
+  static constexpr int kTransform = kLogits & (kLogitSoftcap | kLogitAlibi);
+  static constexpr bool kCap = (kLogits & kLogitSoftcap) != 0;
+  static constexpr bool kDropout = (kLogits & kLogitDropout) != 0;
+  static constexpr float kLog2e = 1.4426950408889634f;
 
   typename Cfg::TiledMmaSdP mma_sdp;
   typename Cfg::TiledMmadKV mma_dkv;
@@ -99,75 +106,134 @@ struct BwdMainloop {
       AccS acc_s, acc_dp;
       fwd::wgmma_issue<true, false>(mma_sdp, tSrK, tSrQ(_, _, _, st), acc_s);
       fwd::wgmma_issue<true, false>(mma_sdp, tSrV, tSrdO(_, _, _, st), acc_dp);
-      // P^T: columns are queries, so lse2 (and D) vary along columns. This
-      // thread's columns come in adjacent pairs, read as float2. With 16
-      // columns (64 rows, kStatsInRegs) the LSE pairs go to registers under
-      // the wgmmas (ncu, d128: the exponentials' shared loads had stalled
-      // ~9% of the samples) and D's under the P^T math; with 32 (d64) that
-      // many registers spilled (ptxas: 192 B), so they are read where used.
       Tensor s = make_tensor(acc_s.data(), fwd::acc_rowcol_layout(acc_s.layout()));
-      constexpr int kPairs = decltype(size<1>(s))::value / 2;
-      constexpr bool kStatsInRegs = kPairs <= 8;
-      auto pair_at = [&](const float* row, int j) {
-        return *reinterpret_cast<const float2*>(row + get<1>(tSc_rc(0, 2 * j)));
-      };
-      float2 lse2[kStatsInRegs ? kPairs : 1], dsum[kStatsInRegs ? kPairs : 1];
-      auto prefetch = [&](const float* row, float2* dst) {
-        if constexpr (kStatsInRegs) {
-          CUTE_UNROLL
-          for (int j = 0; j < kPairs; ++j) dst[j] = pair_at(row, j);
+      // (kMasks) This thread's (key, query) offset from thread 0's coordinates.
+      [[maybe_unused]] const int rb = get<0>(tSc_rc(0, 0)) - get<0>(tSc0_rc(0, 0));
+      [[maybe_unused]] const int cb = get<1>(tSc_rc(0, 0)) - get<1>(tSc0_rc(0, 0));
+      // (kMasks) The variants' element masks as a second pass (a select an
+      // element), after P^T (with soft-cap, after P^T and dS^T).
+      [[maybe_unused]] auto variant_masks = [&](auto&& zero) {
+        if constexpr (Cfg::kMasks) {
+          if (flags & bwd90::kTileMask)
+            bwd90::masks_t(tSc0_rc, rb, cb, ss.ms.qseg[st], ss.ms.kseg, flags & bwd90::kTileSeg,
+                           ss.ms.variant(p, w.batch).tile_mask(m0, n0), zero);
         }
       };
-      auto stat = [&](const float2* regs, const float* row, int j) {
-        if constexpr (kStatsInRegs)
-          return regs[j];
-        else
-          return pair_at(row, j);
-      };
-      prefetch(ss.lse2[st], lse2);
-      warpgroup_wait<1>();
-      warpgroup_fence_operand(acc_s);
-      prefetch(ss.dsum[st], dsum);
-
-      const bool mask = !Cfg::kMasks && ((p.causal && m0 < n0 + N - 1) || n0 + N > Sk || m0 + M > Sq);
-      CUTE_UNROLL
-      for (int j = 0; j < kPairs; ++j) {
-        const float2 l2 = stat(lse2, ss.lse2[st], j);
-        CUTE_UNROLL
-        for (int c = 2 * j; c < 2 * j + 2; ++c) {
-          const int qc = get<1>(tSc_rc(0, c));
-          const float l = c == 2 * j ? l2.x : l2.y;
+      // (dropout) The keep bits, under the S^T and dP^T wgmmas.
+      [[maybe_unused]] auto keep = [&]() {
+        if constexpr (kDropout) {
+          const uint32_t seed[2] = {ss.ls.seed[0], ss.ls.seed[1]};
+          return bwd90::dropout_bits_t(tSc_rc, seed, ss.ls.drop_threshold, w.batch, w.head(step), m0, n0);
+        } else {
+          return 0;
+        }
+      }();
+      if constexpr (kTransform != 0) {
+        // Soft-cap and / or ALiBi (bwd_logits.cuh).
+        auto alibi = [&]() {
+          if constexpr ((kTransform & kLogitAlibi) != 0)
+            return bwd90::AlibiTile(ss.ls.slope[st] * kLog2e, m0 + ss.ms.offset, n0, M, N, rb, cb);
+          else
+            return bwd90::AlibiTile(0.f, 0, 0, M, N, 0, 0);
+        };
+        warpgroup_wait<1>();
+        warpgroup_fence_operand(acc_s);
+        bwd90::logits_pass1<kTransform, true>(s, tSc0_rc, cb, ss.lse2[st], kp.scale_log2, kCap ? ss.ls.qk_mul : 0.f,
+                                              alibi());
+        if constexpr (!kCap) variant_masks([&](int r, int c) { s(r, c) = 0.f; });
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(acc_dp);
+        Tensor ds = make_tensor(acc_dp.data(), fwd::acc_rowcol_layout(acc_dp.layout()));
+        if constexpr (kCap) {
+          bwd90::softcap_pass2<kLogits, true>(s, ds, tSc0_rc, cb, ss.lse2[st], ss.dsum[st], ss.ls.cap_log2, alibi());
+          variant_masks([&](int r, int c) {
+            s(r, c) = 0.f;
+            ds(r, c) = 0.f;
+          });
+        } else {
           CUTE_UNROLL
-          for (int r = 0; r < size<0>(s); ++r) {
-            float pv = exp2f(s(r, c) * kp.scale_log2 - l);
-            if (mask) {
-              const int key = n0 + get<0>(tSc_rc(r, c)), query = m0 + qc;
-              pv = key < Sk && query < Sq && (!p.causal || key <= query) ? pv : 0.f;
-            }
-            s(r, c) = pv;
+          for (int c = 0; c < size<1>(ds); ++c) {
+            const float dd = ss.dsum[st][get<1>(tSc_rc(0, c))];
+            CUTE_UNROLL
+            for (int r = 0; r < size<0>(ds); ++r) ds(r, c) = s(r, c) * (ds(r, c) - dd);
           }
         }
-      }
-      if constexpr (Cfg::kMasks) {
-        // The variants' element masks as a second pass over P^T (a select an
-        // element), under the dP^T wgmma.
-        if (flags & bwd90::kTileMask) {
-          const int rb = get<0>(tSc_rc(0, 0)) - get<0>(tSc0_rc(0, 0));  // key offset
-          const int cb = get<1>(tSc_rc(0, 0)) - get<1>(tSc0_rc(0, 0));  // query offset
-          bwd90::masks_t(tSc0_rc, rb, cb, ss.ms.qseg[st], ss.ms.kseg, flags & bwd90::kTileSeg,
-                         ss.ms.variant(p, w.batch).tile_mask(m0, n0), [&](int r, int c) { s(r, c) = 0.f; });
-        }
-      }
-      warpgroup_wait<0>();
-      warpgroup_fence_operand(acc_dp);
-      Tensor ds = make_tensor(acc_dp.data(), fwd::acc_rowcol_layout(acc_dp.layout()));
-      CUTE_UNROLL
-      for (int j = 0; j < kPairs; ++j) {
-        const float2 dd = stat(dsum, ss.dsum[st], j);
+      } else {
+        // P^T: columns are queries, so lse2 (and D) vary along columns. This
+        // thread's columns come in adjacent pairs, read as float2. With 16
+        // columns (64 rows, kStatsInRegs) the LSE pairs go to registers under
+        // the wgmmas (ncu, d128: the exponentials' shared loads had stalled
+        // ~9% of the samples) and D's under the P^T math; with 32 (d64) that
+        // many registers spilled (ptxas: 192 B), so they are read where used.
+        constexpr int kPairs = decltype(size<1>(s))::value / 2;
+        constexpr bool kStatsInRegs = kPairs <= 8;
+        auto pair_at = [&](const float* row, int j) {
+          return *reinterpret_cast<const float2*>(row + get<1>(tSc_rc(0, 2 * j)));
+        };
+        float2 lse2[kStatsInRegs ? kPairs : 1], dsum[kStatsInRegs ? kPairs : 1];
+        auto prefetch = [&](const float* row, float2* dst) {
+          if constexpr (kStatsInRegs) {
+            CUTE_UNROLL
+            for (int j = 0; j < kPairs; ++j) dst[j] = pair_at(row, j);
+          }
+        };
+        auto stat = [&](const float2* regs, const float* row, int j) {
+          if constexpr (kStatsInRegs)
+            return regs[j];
+          else
+            return pair_at(row, j);
+        };
+        prefetch(ss.lse2[st], lse2);
+        warpgroup_wait<1>();
+        warpgroup_fence_operand(acc_s);
+        prefetch(ss.dsum[st], dsum);
+
+        const bool mask = !Cfg::kMasks && ((p.causal && m0 < n0 + N - 1) || n0 + N > Sk || m0 + M > Sq);
         CUTE_UNROLL
-        for (int r = 0; r < size<0>(ds); ++r) {
-          ds(r, 2 * j) = s(r, 2 * j) * (ds(r, 2 * j) - dd.x);
-          ds(r, 2 * j + 1) = s(r, 2 * j + 1) * (ds(r, 2 * j + 1) - dd.y);
+        for (int j = 0; j < kPairs; ++j) {
+          const float2 l2 = stat(lse2, ss.lse2[st], j);
+          CUTE_UNROLL
+          for (int c = 2 * j; c < 2 * j + 2; ++c) {
+            const int qc = get<1>(tSc_rc(0, c));
+            const float l = c == 2 * j ? l2.x : l2.y;
+            CUTE_UNROLL
+            for (int r = 0; r < size<0>(s); ++r) {
+              float pv = exp2f(s(r, c) * kp.scale_log2 - l);
+              if (mask) {
+                const int key = n0 + get<0>(tSc_rc(r, c)), query = m0 + qc;
+                pv = key < Sk && query < Sq && (!p.causal || key <= query) ? pv : 0.f;
+              }
+              s(r, c) = pv;
+            }
+          }
+        }
+        variant_masks([&](int r, int c) { s(r, c) = 0.f; });  // under the dP^T wgmma
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(acc_dp);
+        Tensor ds = make_tensor(acc_dp.data(), fwd::acc_rowcol_layout(acc_dp.layout()));
+        if constexpr (kDropout) {
+          // dS^T = P^T (keep dP^T / (1 - rate) - D); dV takes the dropped P^T.
+          const float ks = ss.ls.keep_scale;
+          CUTE_UNROLL
+          for (int c = 0; c < size<1>(ds); ++c) {
+            const float dd = ss.dsum[st][get<1>(tSc_rc(0, c))];
+            CUTE_UNROLL
+            for (int r = 0; r < size<0>(ds); ++r) {
+              const bool kept = keep(r, c);
+              ds(r, c) = s(r, c) * ((kept ? ds(r, c) * ks : 0.f) - dd);
+              s(r, c) = kept ? s(r, c) * ks : 0.f;
+            }
+          }
+        } else {
+          CUTE_UNROLL
+          for (int j = 0; j < kPairs; ++j) {
+            const float2 dd = stat(dsum, ss.dsum[st], j);
+            CUTE_UNROLL
+            for (int r = 0; r < size<0>(ds); ++r) {
+              ds(r, 2 * j) = s(r, 2 * j) * (ds(r, 2 * j) - dd.x);
+              ds(r, 2 * j + 1) = s(r, 2 * j + 1) * (ds(r, 2 * j + 1) - dd.y);
+            }
+          }
         }
       }
 
