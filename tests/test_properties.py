@@ -29,7 +29,9 @@ def configs(draw):
     )
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# 10 fresh random configurations a run (each one compiles anew: ~10 s on
+# CI's 2 cores), plus the pinned example.
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(configs())
 # Found by CI: row 1 sees two keys that nearly coincide, so its dq cancels and
 # the error of D taken from the bf16 O (design_grad_errors) dominates.
