@@ -309,27 +309,12 @@ bwd_sm90_dkdv_kernel(const __grid_constant__ BwdParams p, const float* __restric
     }
   };
   // (kMasks, deterministic: no segment ids, the launcher's rule) How many
-  // CTAs of higher key tile reduce into query tile mt before this one: those
-  // that visit it. For the band masks (causal, window, offsets, lengths) the
-  // key tiles at or above nb that visit mt are a run [nb, last] (query_tiles'
-  // bounds only grow with the key tile, until the tiles past kv_len, which
-  // visit nothing), so a binary search finds `last`.
+  // CTAs of higher key tile reduce into query tile mt before this one.
   [[maybe_unused]] auto masks_rank = [&](int mt) {
-    int lo = nb;
-    if constexpr (kMasks) {
-      const Variant v = msmem.variant(p, b);
-      int hi = n_blocks - 1;  // nb visits mt
-      while (lo < hi) {
-        const int mid = (lo + hi + 1) / 2;
-        int a = 0, z = 0;
-        v.template query_tiles<M>(mid * N, mid * N + N - 1, a, z);
-        if (a <= mt && mt < z)
-          lo = mid;
-        else
-          hi = mid - 1;
-      }
-    }
-    return lo - nb;
+    if constexpr (kMasks)
+      return masks_dq_rank<M, N>(msmem.variant(p, b), nb, n_blocks, mt);
+    else
+      return 0;
   };
   // (kMasks) The iteration after `i`, past query tiles whose ids cannot meet
   // the key tile's; fl gets its tile's mask flags (tile_flags), and on

@@ -197,4 +197,25 @@ __device__ __forceinline__ void masked_probs_t(TS& s, TC const& tSc_rc, TC0 cons
   masks_t(tSc0_rc, rb, cb, qseg, kseg, seg, make_tm(), [&](int r, int c) { s(r, c) = 0.f; });
 }
 
+// Deterministic mode: how many CTAs of higher key tile add into query tile
+// mt before key tile nb (which visits it). For the band masks (causal,
+// window, offsets, lengths) the key tiles at or above nb that visit mt are
+// a run [nb, last] (query_tiles' bounds only grow with the key tile, until
+// the tiles past kv_len, which visit nothing), so a binary search finds
+// `last`. Segment ids break the run.
+template <int M, int N>
+__device__ __forceinline__ int masks_dq_rank(const Variant& v, int nb, int n_blocks, int mt) {
+  int lo = nb, hi = n_blocks - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    int a = 0, z = 0;
+    v.template query_tiles<M>(mid * N, mid * N + N - 1, a, z);
+    if (a <= mt && mt < z)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo - nb;
+}
+
 }  // namespace jax_flash::cuda::bwd90

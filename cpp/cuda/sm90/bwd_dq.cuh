@@ -71,7 +71,7 @@ __device__ __forceinline__ void bwd_write_dq(const BwdKernelParams<Cfg>& kp, typ
       if (counter != nullptr) {
         int rank;
         if constexpr (Cfg::kMasks)
-          rank = masks_dq_rank<M, Cfg::kBlockN>(ss.ms.variant(kp.p, w.batch), w.n_block, w.n_blocks, m);
+          rank = bwd90::masks_dq_rank<M, Cfg::kBlockN>(ss.ms.variant(kp.p, w.batch), w.n_block, w.n_blocks, m);
         else
           rank = w.dq_rank(kp.p, m);
         while (load_acquire(counter) < rank) {

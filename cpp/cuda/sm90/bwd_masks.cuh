@@ -12,7 +12,7 @@
 //   the dP^T wgmma (bwd_sm90_masks.cuh masks_t).
 // The band's key tiles that meet a query tile form a run, so deterministic
 // mode (without segment ids: the launcher's rule) ranks a dQ add by binary
-// search, as the older kernel did.
+// search (bwd90::masks_dq_rank).
 #pragma once
 
 #include <climits>
@@ -99,24 +99,6 @@ __device__ __forceinline__ int bwd_step_flags(const BwdParams& p, int b, int m0,
   }
   if (ms.key_edge || m0 + M > ms.q_len || m0 < ms.mask_below || m0 > ms.mask_above) flags |= bwd90::kTileMask;
   return flags;
-}
-
-// Deterministic mode: how many CTAs of higher key tile add into query tile
-// mt before key tile nb (which visits it): the band's visitors of mt at or
-// above nb are a run [nb, last].
-template <int M, int N>
-__device__ __forceinline__ int masks_dq_rank(const Variant& v, int nb, int n_blocks, int mt) {
-  int lo = nb, hi = n_blocks - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    int a = 0, z = 0;
-    v.template query_tiles<M>(mid * N, mid * N + N - 1, a, z);
-    if (a <= mt && mt < z)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  return lo - nb;
 }
 
 }  // namespace jax_flash::cuda::sm90
