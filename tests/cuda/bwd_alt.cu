@@ -15,10 +15,11 @@ cudaError_t jf_bwd_var_general_d128_tile128(const jax_flash::BwdParams& p, cudaS
 }
 
 #if defined(JAX_FLASH_BWD_SM90)
-// The Hopper soft-cap backward's alternative (bf16, head dim 64 or 128,
-// soft-cap with or without ALiBi as the params say): the production kernel
-// with the other tanh schedule (kBwdSm90TanhFirst flipped: held before the
-// dP^T wait <-> left to ptxas).
+// The lockstep Hopper soft-cap backward (bf16, head dim 64 or 128, soft-cap
+// with or without ALiBi as the params say) with the other tanh schedule
+// (kBwdSm90TanhFirst flipped: held before the dP^T wait <-> left to ptxas).
+// Production runs the warp-specialised kernel (cpp/cuda/sm90/bwd_logits.cuh)
+// since 2026-11-26; this stays until the lockstep kernel is deleted.
 #include "cuda/bwd_sm90_launch_template.cuh"
 
 cudaError_t jf_bwd_sm90_logits_alt(const jax_flash::BwdParams& p, cudaStream_t s) {
