@@ -35,7 +35,7 @@ struct BwdLogitSmem {
 template <class LogitSmem>
 __device__ __forceinline__ void bwd_logits_setup(const BwdParams& p, LogitSmem& ls) {
   ls.qk_mul = p.softcap > 0.f ? p.scale / p.softcap : 0.f;
-  ls.cap_log2 = p.softcap > 0.f ? p.softcap * 1.4426950408889634f : 0.f;
+  ls.cap_log2 = p.softcap > 0.f ? p.softcap * bwd::kLog2e : 0.f;
   if (variant_dropout(p)) {
     ls.seed[0] = p.dropout_seed[0];
     ls.seed[1] = p.dropout_seed[1];

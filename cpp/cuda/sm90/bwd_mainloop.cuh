@@ -35,7 +35,6 @@ struct BwdMainloop {
   static constexpr int kTransform = kLogits & (kLogitSoftcap | kLogitAlibi);
   static constexpr bool kCap = (kLogits & kLogitSoftcap) != 0;
   static constexpr bool kDropout = (kLogits & kLogitDropout) != 0;
-  static constexpr float kLog2e = 1.4426950408889634f;
 
   typename Cfg::TiledMmaSdP mma_sdp;
   typename Cfg::TiledMmadKV mma_dkv;
@@ -132,7 +131,7 @@ struct BwdMainloop {
         // Soft-cap and / or ALiBi (bwd_logits.cuh).
         auto alibi = [&]() {
           if constexpr ((kTransform & kLogitAlibi) != 0)
-            return bwd90::AlibiTile(ss.ls.slope[st] * kLog2e, m0 + ss.ms.offset, n0, M, N, rb, cb);
+            return bwd90::AlibiTile(ss.ls.slope[st] * bwd::kLog2e, m0 + ss.ms.offset, n0, M, N, rb, cb);
           else
             return bwd90::AlibiTile(0.f, 0, 0, M, N, 0, 0);
         };
