@@ -37,7 +37,7 @@ struct BwdMaskSmem {
   int q_len, kv_len;           // the Variant's per-batch values
   int k_mn, k_mx;              // the key tile's id range
   // Variant::tile_needs_mask of query tile m0 against this key tile, as
-  // 32-bit tests (the producer has 32 registers): m0 < mask_below (the
+  // 32-bit tests (the producer has 24 registers): m0 < mask_below (the
   // band's right side), m0 > mask_above (its left), or key_edge (keys past
   // kv_len in the tile), or m0 + M > q_len.
   int mask_below, mask_above, key_edge;
