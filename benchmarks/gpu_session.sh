@@ -83,7 +83,7 @@ for stage in $stages; do
         --out "$OUT/bench_quick.json" 2>&1 | tee "$OUT/bench_quick.log"
       ;;
     ncu-packed)  # where the packed-documents forward loses time against its equal-work unpacked batch
-      timeout ${NCU_TIMEOUT:-300} ncu --clock-control none --kernel-name regex:fwd_sm90_kernel --section SpeedOfLight --section LaunchStats \
+      timeout ${NCU_TIMEOUT:-300} ncu --clock-control none --kernel-name regex:fwd_ws_kernel --section SpeedOfLight --section LaunchStats \
         --section WarpStateStats --section SchedulerStats --section SourceCounters -f -o "$OUT/packed" \
         python3 -P benchmarks/prof_packed.py >"$OUT/ncu_packed.log" 2>&1
       echo "ncu-packed rc=$?" | tee -a "$OUT/summary.txt"
@@ -101,7 +101,7 @@ for stage in $stages; do
       rm -f "$OUT/packed_bwd.ncu-rep"
       ;;
     ncu-options)  # per-SASS-line counts of the plain forward and the variant options' (NCU_OPTIONS)
-      timeout ${NCU_TIMEOUT:-300} ncu --clock-control none --kernel-name regex:fwd_sm90_kernel --section SpeedOfLight \
+      timeout ${NCU_TIMEOUT:-300} ncu --clock-control none --kernel-name regex:fwd_ws_kernel --section SpeedOfLight \
         --section LaunchStats --section WarpStateStats --section SchedulerStats --section SourceCounters \
         -f -o "$OUT/options" python3 -P benchmarks/prof_options.py --options ${NCU_OPTIONS:-plain window lengths alibi} \
         >"$OUT/ncu_options.log" 2>&1

@@ -59,15 +59,18 @@ def _inputs(seed, b, sq, sk, hq, hkv, d, dtype):
     return mk(b, sq, hq, d), mk(b, sk, hkv, d), mk(b, sk, hkv, d)
 
 
-def _check(b, sq, sk, hq, hkv, d, dtype, causal, seed=0, compare_cpu=True, rising_slope=None):
+def _check(b, sq, sk, hq, hkv, d, dtype, causal, seed=0, compare_cpu=True, rising_slope=None, scale=None, q_mul=1.0):
     gpu = _GPUS[0]
     q, k, v = _inputs(seed, b, sq, sk, hq, hkv, d, dtype)
+    if q_mul != 1.0:
+        q = (q.astype(jnp.float32) * q_mul).astype(dtype)
     if rising_slope is not None:
         q, k = rising_max(q, k, rising_slope)
     q, k, v = (jax.device_put(x, gpu) for x in (q, k, v))
-    scale = 1.0 / np.sqrt(d)
+    arg_scale = scale
+    scale = 1.0 / np.sqrt(d) if scale is None else scale
 
-    o, lse = jax_flash.attention(q, k, v, causal=causal, scale=None, return_lse=True)
+    o, lse = jax_flash.attention(q, k, v, causal=causal, scale=arg_scale, return_lse=True)
     o = np.asarray(o.astype(jnp.float32))
     lse = np.asarray(lse)
     assert o.shape == (b, sq, hq, d) and lse.shape == (b, hq, sq)
@@ -85,7 +88,7 @@ def _check(b, sq, sk, hq, hkv, d, dtype, causal, seed=0, compare_cpu=True, risin
     if compare_cpu:
         cpu = jax.devices("cpu")[0]
         qc, kc, vc = (jax.device_put(x, cpu) for x in (q, k, v))
-        oc, lsec = jax_flash.attention(qc, kc, vc, causal=causal, scale=None, return_lse=True)
+        oc, lsec = jax_flash.attention(qc, kc, vc, causal=causal, scale=arg_scale, return_lse=True)
         oc = np.asarray(oc.astype(jnp.float32))
         err_cpu = np.abs(oc - o_ref).max()
         assert err_cpu <= 2 * err_naive + ABS_SLACK, f"cpu o error {err_cpu:.3e}"
@@ -137,6 +140,14 @@ def test_cuda_forward_rising_row_max(head_dim, slope, causal):
 @pytest.mark.parametrize("causal", [False, True])
 def test_cuda_forward_rising_row_max_fp16(causal):
     _check(2, 700, 700, 2, 2, 128, jnp.float16, causal, rising_slope=0.08)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_cuda_forward_negative_scale(head_dim, causal):
+    # Large scores under a negative scale: a softmax that subtracts the
+    # running max of the raw scores (not of the scaled ones) overflows exp2.
+    _check(2, 300, 333, 2, 1, head_dim, jnp.bfloat16, causal, scale=-0.3, q_mul=4.0, compare_cpu=False)
 
 
 def test_cuda_forward_fp16_long_causal():

@@ -67,7 +67,9 @@
 #include "cuda/bwd_sm90_common.cuh" // smem layouts, tile loads, dK/dV store
 #include "cuda/bwd_sm90_logits.cuh" // (kLogits) soft-cap / ALiBi passes
 #include "cuda/bwd_sm90_masks.cuh"  // (kMasks) segment scan, mask smem
-#include "cuda/fwd_sm90_kernel.cuh" // wgmma_issue, PAsALayout
+#include "cuda/kernel_traits.cuh"   // GmemTileCopies
+#include "cuda/sm90/fwd_logits.cuh"  // kLogit* bits
+#include "cuda/sm90/wgmma.cuh"       // wgmma_issue, PAsALayout
 #include "cuda/sm90/bulk_ops.cuh"   // bulk reduce copies, ordering counters
 #include "cuda/tile_loader.cuh"     // TileLoader (Q / dO tiles)
 #include "cuda/tile_order.h"       // tile_coord (launch order)

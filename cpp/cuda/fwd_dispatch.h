@@ -18,14 +18,14 @@ cudaError_t run_fwd_hdim(const FwdParams& params, cudaStream_t stream);
 template <DType kDType, int kHeadDim>
 cudaError_t run_fwd_var_hdim(const FwdParams& params, bool vec_ok, cudaStream_t stream);
 
-// Hopper (wgmma) forward for plain attention with vector-aligned inputs
-// (instantiations/fwd_sm90_*.cu, built only when the archs include 90a);
-// cudaErrorNotSupported when the device is not cc 9.0 or the kernel has no
-// sm_90a binary.
+// The warp-specialised Hopper forward (cpp/cuda/sm90/) for plain attention
+// with TMA-aligned inputs (instantiations/fwd_sm90_*.cu, built only when
+// the archs include 90a); cudaErrorNotSupported when the device is not
+// cc 9.0, the kernel has no sm_90a binary, seqlen_k is 0 or scale <= 0.
 template <DType kDType, int kHeadDim>
 cudaError_t run_fwd_sm90_hdim(const FwdParams& params, cudaStream_t stream);
 
-// Hopper (wgmma) forward for the masks-only variants (instantiations/
+// The same kernel for the masks-only variants (instantiations/
 // fwd_sm90_masks_*.cu, 90a builds only; tried first by run_fwd_var_hdim for
 // masks-only calls with vector copies at head dims 64/128/256): also
 // cudaErrorNotSupported for soft-cap / ALiBi / dropout or inputs without
@@ -33,12 +33,13 @@ cudaError_t run_fwd_sm90_hdim(const FwdParams& params, cudaStream_t stream);
 template <DType kDType, int kHeadDim>
 cudaError_t run_fwd_sm90_masks_hdim(const FwdParams& params, cudaStream_t stream);
 
-// Hopper (wgmma) forward for soft-cap and / or ALiBi, with or without the
-// masks-only variants (instantiations/fwd_sm90_logits_*.cu, 90a builds only;
-// tried first by run_fwd_var_hdim for such calls without dropout, with
-// vector copies, at head dims 64/128/256): cudaErrorNotSupported for
-// dropout, no soft-cap or ALiBi, inputs without 16 B vector alignment, or a
-// device / build without sm_90a (the SM80 generic kernel takes those).
+// The same kernel for soft-cap and / or ALiBi, or dropout alone, with or
+// without the masks-only variants (instantiations/fwd_sm90_logits_*.cu, 90a
+// builds only; tried first by run_fwd_var_hdim for such calls with vector
+// copies, at head dims 64/128/256): cudaErrorNotSupported for dropout with
+// soft-cap or ALiBi, none of the three, inputs without 16 B vector
+// alignment, or a device / build without sm_90a (the SM80 generic kernel
+// takes those).
 template <DType kDType, int kHeadDim>
 cudaError_t run_fwd_sm90_logits_hdim(const FwdParams& params, cudaStream_t stream);
 

@@ -23,7 +23,7 @@ cudaError_t run_fwd_var_hdim(const FwdParams& params, bool vec_ok, cudaStream_t 
   using Traits = fwd::DefaultTraits<kHeadDim, kDType>;
   if (vec_ok && !params.plain_mask() && variant_masks_only(params)) {
 #if defined(JAX_FLASH_FWD_SM90)
-    // Built with sm_90a (fwd_sm90_masks_*.cu units): the wgmma kernel on
+    // Built with sm_90a (fwd_sm90_masks_*.cu units): the Hopper kernel on
     // cc 9.0 devices; cudaErrorNotSupported elsewhere (SM80 kernel then).
     if constexpr (kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256) {
       const cudaError_t err = run_fwd_sm90_masks_hdim<kDType, kHeadDim>(params, stream);
@@ -34,7 +34,7 @@ cudaError_t run_fwd_var_hdim(const FwdParams& params, bool vec_ok, cudaStream_t 
   }
 #if defined(JAX_FLASH_FWD_SM90)
   // Soft-cap / ALiBi without dropout, or dropout alone (with or without
-  // masks): the wgmma logits kernels (fwd_sm90_logits_*.cu units) on cc 9.0
+  // masks): the Hopper logits kernels (fwd_sm90_logits_*.cu units) on cc 9.0
   // devices; cudaErrorNotSupported otherwise (dropout with soft-cap or
   // ALiBi too), then the generic kernel.
   if constexpr (kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256) {

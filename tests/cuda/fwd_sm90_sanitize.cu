@@ -1,13 +1,17 @@
 // Driver for compute-sanitizer (memcheck, racecheck, synccheck) over the
 // warp-specialised Hopper forward: a few small plain cases with odd sizes,
 // causal and not, GQA, every kernel head dim (padded 40 too), each with the
-// tile counter (dynamic schedule) and one without (fixed stride). Outputs are
-// poisoned (NaN bytes) first and must come back finite. Correctness against
-// a reference is tests/test_cuda_forward.py's job.
+// tile counter (dynamic schedule) and one without (fixed stride); then the
+// masks and logits variants. Outputs are poisoned (NaN bytes) first and
+// must come back finite (an LSE may be -inf where a variant leaves a row no
+// key). Correctness against a reference is tests/test_cuda_forward.py's and
+// tests/test_cuda_variants.py's job.
 //   bash tests/cuda/sanitize_sm90.sh fwd   (builds this and runs the three tools)
 //   fwd_sm90_sanitize --profile D [causal]: one FA2-grid launch (16k tokens,
 //   hidden 2048) for ncu.
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -28,12 +32,34 @@ namespace jf = jax_flash::cuda;
 struct Case {
   int b, sq, sk, hq, hkv, d;
   bool causal, counter;
+  // Masks-only variants (the kMasks kernels): a left window (-1: none),
+  // per-batch lengths (sq - 7b, sk - 5b), segment ids in runs of `doc`
+  // tokens (0: none).
+  int window = -1;
+  bool lengths = false;
+  int doc = 0;
+  // Logit transforms and dropout (the kLogits kernels).
+  float softcap = 0.f;
+  bool alibi = false;
+  float dropout = 0.f;
+  bool logits() const { return softcap > 0.f || alibi || dropout > 0.f; }
+  bool masks() const { return window >= 0 || lengths || doc > 0; }
 };
 
-static cudaError_t run(const FwdParams& p) {
-  if (p.head_dim <= 64) return jf::run_fwd_sm90_hdim<DType::kBFloat16, 64>(p, 0);
-  if (p.head_dim <= 128) return jf::run_fwd_sm90_hdim<DType::kBFloat16, 128>(p, 0);
-  return jf::run_fwd_sm90_hdim<DType::kBFloat16, 256>(p, 0);
+static cudaError_t run(const Case& c, const FwdParams& p) {
+  constexpr DType bf = DType::kBFloat16;
+  if (c.logits()) {
+    if (p.head_dim <= 64) return jf::run_fwd_sm90_logits_hdim<bf, 64>(p, 0);
+    return jf::run_fwd_sm90_logits_hdim<bf, 128>(p, 0);
+  }
+  if (c.masks()) {
+    if (p.head_dim <= 64) return jf::run_fwd_sm90_masks_hdim<bf, 64>(p, 0);
+    if (p.head_dim <= 128) return jf::run_fwd_sm90_masks_hdim<bf, 128>(p, 0);
+    return jf::run_fwd_sm90_masks_hdim<bf, 256>(p, 0);
+  }
+  if (p.head_dim <= 64) return jf::run_fwd_sm90_hdim<bf, 64>(p, 0);
+  if (p.head_dim <= 128) return jf::run_fwd_sm90_hdim<bf, 128>(p, 0);
+  return jf::run_fwd_sm90_hdim<bf, 256>(p, 0);
 }
 
 static int run_case(const Case& c, std::mt19937& rng) {
@@ -68,17 +94,61 @@ static int run_case(const Case& c, std::mt19937& rng) {
   p.causal = c.causal;
   p.dtype = DType::kBFloat16;
   p.tile_counter = c.counter ? counter : nullptr;
-  CHECK(run(p));
+  std::vector<int32_t*> extra;
+  std::vector<void*> extra_words;
+  if (c.window >= 0) p.window_left = c.window;
+  if (c.lengths) {
+    std::vector<int32_t> ql(c.b), kl(c.b);
+    for (int bb = 0; bb < c.b; ++bb) ql[bb] = std::max(0, c.sq - 7 * bb), kl[bb] = std::max(0, c.sk - 5 * bb);
+    extra.push_back(upload_ints(ql));
+    p.q_seqlens = extra.back();
+    extra.push_back(upload_ints(kl));
+    p.kv_seqlens = extra.back();
+  }
+  if (c.doc > 0) {
+    std::vector<int32_t> ids, ranges;
+    segments(c.b, c.sq, c.doc, ids, ranges);
+    extra.push_back(upload_ints(ids));
+    p.q_segment_ids = extra.back();
+    extra.push_back(upload_ints(ranges));
+    p.q_segment_ranges = extra.back();
+    segments(c.b, c.sk, c.doc, ids, ranges);
+    extra.push_back(upload_ints(ids));
+    p.kv_segment_ids = extra.back();
+    extra.push_back(upload_ints(ranges));
+    p.kv_segment_ranges = extra.back();
+  }
+  p.softcap = c.softcap;
+  if (c.alibi) {
+    std::vector<float> slopes(c.hq);
+    for (int h = 0; h < c.hq; ++h) slopes[h] = 0.5f / float(h + 1);
+    extra_words.push_back(upload_vec(slopes));
+    p.alibi_slopes = static_cast<const float*>(extra_words.back());
+  }
+  if (c.dropout > 0.f) {
+    extra_words.push_back(upload_vec(std::vector<uint32_t>{0x1234u, 0xBEEFu}));
+    p.dropout_seed = static_cast<const uint32_t*>(extra_words.back());
+    p.dropout_rate = c.dropout;
+  }
+  for (const int32_t* x : extra) CHECK(x != nullptr ? cudaSuccess : cudaErrorMemoryAllocation);
+  for (const void* x : extra_words) CHECK(x != nullptr ? cudaSuccess : cudaErrorMemoryAllocation);
+  CHECK(run(c, p));
   CHECK(cudaDeviceSynchronize());
   CHECK(cudaMemcpy(ho.data(), o, nq * 2, cudaMemcpyDeviceToHost));
   std::vector<float> hl(size_t(c.b) * c.hq * c.sq);
   CHECK(cudaMemcpy(hl.data(), lse, hl.size() * 4, cudaMemcpyDeviceToHost));
+  // Every output written (the poison gone): O finite; LSE finite, or -inf
+  // for a row that sees no key (variants).
   size_t bad = 0;
   for (auto x : ho) bad += !std::isfinite(__bfloat162float(x));
-  for (float x : hl) bad += !std::isfinite(x);
-  std::printf("b=%d sq=%d sk=%d hq=%d hkv=%d d=%d causal=%d counter=%d: %zu non-finite\n", c.b, c.sq, c.sk, c.hq, c.hkv,
-              c.d, int(c.causal), int(c.counter), bad);
+  for (float x : hl) bad += !(std::isfinite(x) || (c.masks() && x == -INFINITY));
+  std::printf("b=%d sq=%d sk=%d hq=%d hkv=%d d=%d causal=%d counter=%d window=%d lengths=%d doc=%d softcap=%g "
+              "alibi=%d dropout=%g: %zu unwritten or non-finite\n",
+              c.b, c.sq, c.sk, c.hq, c.hkv, c.d, int(c.causal), int(c.counter), c.window, int(c.lengths), c.doc,
+              c.softcap, int(c.alibi), c.dropout, bad);
   cudaFree(q), cudaFree(k), cudaFree(v), cudaFree(o), cudaFree(lse), cudaFree(counter);
+  for (int32_t* x : extra) cudaFree(x);
+  for (void* x : extra_words) cudaFree(x);
   return bad != 0;
 }
 
@@ -93,6 +163,15 @@ int main(int argc, char** argv) {
       {1, 1, 1, 1, 1, 64, false, true},     {2, 129, 200, 4, 2, 64, true, true},  {1, 300, 131, 2, 1, 128, true, true},
       {1, 17, 1000, 2, 2, 256, false, true}, {2, 257, 257, 2, 1, 128, false, false}, {1, 383, 129, 2, 2, 40, true, true},
       {1, 640, 640, 3, 1, 256, true, true},
+      // the masks kernels: window + lengths (batch 1 with 7 fewer rows; an
+      // empty batch), segment ids (skipped tiles; 33 key tiles, past one
+      // 32-tile walk round), d256
+      {2, 300, 300, 4, 2, 64, true, true, 70, true, 0},  {2, 7, 300, 2, 1, 128, false, true, -1, true, 0},
+      {2, 333, 333, 2, 1, 128, true, true, -1, false, 90}, {1, 4200, 4200, 1, 1, 128, false, true, -1, false, 4100},
+      {1, 700, 700, 2, 2, 256, true, true, 100, true, 150},
+      // the logits kernels: soft-cap + ALiBi with segment ids, soft-cap alone, dropout with a window
+      {2, 333, 300, 4, 2, 64, true, true, -1, false, 90, 20.f, true}, {1, 257, 300, 2, 1, 128, false, true, -1, true, 0, 30.f},
+      {2, 300, 300, 2, 2, 128, true, true, 80, false, 0, 0.f, false, 0.2f},
   };
   int fails = 0;
   for (const Case& c : cases) fails += run_case(c, rng);

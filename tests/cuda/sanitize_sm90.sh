@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the compute-sanitizer drivers of the warp-specialised Hopper kernels
 # with their units (bf16, sm_90a) and run memcheck, racecheck and synccheck:
-#   fwd: tests/cuda/fwd_sm90_sanitize.cu, head dims 64/128/256;
+#   fwd: tests/cuda/fwd_sm90_sanitize.cu, head dims 64/128/256, plain, masks and logits variants;
 #   bwd: tests/cuda/bwd_sm90_sanitize.cu, head dims 64/128, plain, masks and logits variants.
 # Exits non-zero on any report or failed case.
 #   LOG_DIR=... bash tests/cuda/sanitize_sm90.sh [fwd] [bwd]   (default: both)
@@ -15,7 +15,7 @@ FLAGS=(-std=c++17 -O3 --expt-relaxed-constexpr --use_fast_math -gencode=arch=com
 status=0
 for dir in ${*:-fwd bwd}; do
   case $dir in
-    fwd) units="fwd_sm90_hdim64_bf16 fwd_sm90_hdim128_bf16 fwd_sm90_hdim256_bf16" ;;
+    fwd) units="fwd_sm90_hdim64_bf16 fwd_sm90_hdim128_bf16 fwd_sm90_hdim256_bf16 fwd_sm90_masks_hdim64_bf16 fwd_sm90_masks_hdim128_bf16 fwd_sm90_masks_hdim256_bf16 fwd_sm90_logits_hdim64_bf16 fwd_sm90_logits_hdim128_bf16" ;;
     bwd) units="bwd_sm90_hdim64_bf16 bwd_sm90_hdim128_bf16 bwd_sm90_masks_hdim64_bf16 bwd_sm90_masks_hdim128_bf16 bwd_sm90_logits_hdim64_bf16 bwd_sm90_logits_hdim128_bf16" ;;
     *) echo "unknown kernel set: $dir (fwd or bwd)"; exit 2 ;;
   esac

@@ -1,4 +1,4 @@
-// Hopper (wgmma) forward, soft-cap / ALiBi (with or without masks): head dim 256, fp16. Built only when the archs include 90a.
-#include "cuda/fwd_sm90_launch_template.cuh"
+// Hopper warp-specialised forward, soft-cap / ALiBi (with or without masks): head dim 256, fp16. Built only when the archs include 90a.
+#include "cuda/sm90/fwd_launch.cuh"
 
 JAX_FLASH_INSTANTIATE_FWD_SM90_LOGITS(kFloat16, 256)

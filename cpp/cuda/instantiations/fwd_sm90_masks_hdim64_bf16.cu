@@ -1,4 +1,4 @@
-// Hopper (wgmma) forward, masks-only variants: head dim 64, bf16. Built only when the archs include 90a.
-#include "cuda/fwd_sm90_launch_template.cuh"
+// Hopper warp-specialised forward, masks-only variants: head dim 64, bf16. Built only when the archs include 90a.
+#include "cuda/sm90/fwd_launch.cuh"
 
 JAX_FLASH_INSTANTIATE_FWD_SM90_MASKS(kBFloat16, 64)

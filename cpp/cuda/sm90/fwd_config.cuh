@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include <cute/tensor.hpp>
 #include <cute/atom/copy_traits_sm90_tma.hpp>
@@ -11,6 +12,8 @@
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
 #include <cute/container/array_aligned.hpp>
 #include <cutlass/numeric_types.h>
+
+#include "cuda/sm90/fwd_masks.cuh"
 
 namespace jax_flash::cuda::sm90 {
 
@@ -28,10 +31,15 @@ template <> struct FwdTile<64>  { static constexpr int kN = 128, kStages = 3; };
 template <> struct FwdTile<128> { static constexpr int kN = 128, kStages = 2; };  // 32 + 128 KB
 template <> struct FwdTile<256> { static constexpr int kN = 64,  kStages = 2; };  // 64 + 128 KB
 
-template <int kHeadDim_, class Element_, int kWarpgroups = 2>
+// kMasks: the masks-only variants (fwd_masks.cuh); kLogits (with kMasks):
+// the fwd::kLogit* bits of the logit transforms and dropout (fwd_logits.cuh).
+template <int kHeadDim_, class Element_, int kWarpgroups = 2, bool kMasks_ = false, int kLogits_ = 0>
 struct FwdConfig {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
+  static constexpr bool kMasks = kMasks_;
+  static constexpr int kLogits = kLogits_;
+  static_assert(kMasks || kLogits == 0);
   static constexpr int kBlockM = 64 * kWarpgroups;
   static constexpr int kBlockN = FwdTile<kHeadDim>::kN;
   static constexpr int kStages = FwdTile<kHeadDim>::kStages;
@@ -96,6 +104,9 @@ struct FwdConfig {
     // with q_full's phase.
     int tile_id;
     uint64_t k_full[kStages], k_empty[kStages], v_full[kStages], v_empty[kStages];
+    // (kMasks) Each K stage's key tile and step flags, and whether the work
+    // tile visits any, written by the producer before its full arrival.
+    std::conditional_t<kMasks, FwdStageMeta<kStages>, FwdNoStageMeta> meta;
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 227 * 1024);

@@ -1,13 +1,17 @@
 // The warp-specialised Hopper (sm_90a) forward for plain attention (full or
-// causal, GQA, any sequence lengths): FlashAttention-3's shape.
+// causal, GQA, any sequence lengths) and, with Cfg::kMasks / kLogits, the
+// variants (fwd_masks.cuh, fwd_logits.cuh): FlashAttention-3's shape.
 // - Warpgroup 0 is the producer: it gives up registers (setmaxnreg) and one
-//   thread issues the TMA loads of Q, K and V (fwd_producer.cuh).
+//   thread issues the TMA loads of Q, K and V (fwd_producer.cuh); with the
+//   variants, its first warp walks the key tiles they leave.
 // - Warpgroups 1 and 2 are consumers, 64 query rows each of a 128-row tile:
 //   wgmma, online softmax, epilogue (fwd_mainloop.cuh, fwd_epilogue.cuh).
 // - The grid is persistent: one CTA per SM walks the work tiles
 //   (tile_scheduler.cuh); K/V rings run on across tiles, so the next tile's
 //   loads overlap this one's epilogue.
 #pragma once
+
+#include <type_traits>
 
 #include <cute/tensor.hpp>
 #include <cutlass/arch/reg_reconfig.h>
@@ -18,6 +22,7 @@
 #include "cuda/sm90/fwd_params.cuh"
 #include "cuda/sm90/fwd_producer.cuh"
 #include "cuda/sm90/pipeline.cuh"
+#include "cuda/variants.cuh"
 
 namespace jax_flash::cuda::sm90 {
 
@@ -51,7 +56,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_ws_kernel(const __grid_c
 
   if (warpgroup == 0) {
     cutlass::arch::warpgroup_reg_dealloc<Cfg::kProducerRegs>();
-    if (tid == 0) fwd_produce<Cfg>(kp, ss);
+    if constexpr (Cfg::kMasks) {
+      if (tid < 32) fwd_produce_variants<Cfg>(kp, ss, tid);
+    } else {
+      if (tid == 0) fwd_produce<Cfg>(kp, ss);
+    }
     return;
   }
   cutlass::arch::warpgroup_reg_alloc<Cfg::kConsumerRegs>();
@@ -70,13 +79,40 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_ws_kernel(const __grid_c
     const int t = ss.tile_id;
     if (t < 0) break;
     const TileCoord c = sched.coord(t);
-    const int n_end = key_tiles_end<Cfg>(p, c.tile);
     Tensor acc_o = partition_fragment_C(mainloop.mma_o, Shape<Int<Cfg::kBlockM>, Int<Cfg::kHeadDim>>{});
     clear(acc_o);
     fwd::OnlineSoftmax<2, Cfg::kLazyRescale> softmax;
-    mainloop.run(p, kp.scale_log2, ss, c.tile, n_end, acc_o, softmax);  // releases Q
     float lse[2];
-    softmax.finalize(acc_o, lse, kp.scale_log2);
+    if constexpr (Cfg::kMasks) {
+      constexpr int kTransform = Cfg::kLogits & (fwd::kLogitSoftcap | fwd::kLogitAlibi);
+      const Variant var(p, c.batch, c.head);
+      const fwd::LogitValues ls = fwd::logit_values<Cfg::kLogits>(p, var, c.tile * Cfg::kBlockM);
+      const float scale_log2 = fwd::logits_softmax_scale<kTransform>(ls, kp.scale_log2);
+      // (Soft-cap alone, bf16) tanh bounds every score to [-1, 1], so a fixed
+      // stabiliser replaces the running max (OnlineSoftmax::fix_max): exp2
+      // arguments lie in [24 - 2 cap_log2, 24], inside [-124, 24] while
+      // cap_log2 <= 74 (cap <= 51.29). Larger caps, and fp16 (whose P cannot
+      // hold 2^24), keep the running max.
+      bool fixed_max = false;
+      if constexpr (kTransform == fwd::kLogitSoftcap && std::is_same_v<Element, cutlass::bfloat16_t>) {
+        fixed_max = scale_log2 <= 74.f;
+        if (fixed_max) softmax.fix_max(1.f - 24.f / scale_log2);
+      }
+      if (ss.meta.visits) {
+        mainloop.run_variants(p, ss, c, var, scale_log2, ls, fixed_max, acc_o, softmax);  // releases Q
+      } else {
+        barrier_arrive(ss.q_empty);  // no row sees a key: O = 0, LSE = -inf
+      }
+      softmax.finalize(acc_o, lse, scale_log2);
+      if constexpr ((Cfg::kLogits & fwd::kLogitDropout) != 0) {
+#pragma unroll
+        for (int i = 0; i < size(acc_o); ++i) acc_o(i) *= ls.keep_scale;
+      }
+    } else {
+      const int n_end = key_tiles_end<Cfg>(p, c.tile);
+      mainloop.run(p, kp.scale_log2, ss, c.tile, n_end, acc_o, softmax);  // releases Q
+      softmax.finalize(acc_o, lse, kp.scale_log2);
+    }
     if constexpr (Cfg::kSmemO) store_o_tma<Cfg>(kp.tma_o, ss, p, acc_o, tOc, mainloop.wg, c.tile, c.head, c.batch);
     store_o_lse<Element>(p, acc_o, tOc, lse, c.tile * Cfg::kBlockM, c.head, c.batch, !Cfg::kSmemO);
   }

@@ -13,6 +13,7 @@
 #include "cuda/fwd_vector_ok.h"
 #include "cuda/sm90/fwd_kernel.cuh"
 #include "cuda/sm90_ready.h"
+#include "cuda/variants.cuh"
 #include "cuda/tile_order.h"
 
 namespace jax_flash::cuda {
@@ -40,8 +41,12 @@ cudaError_t launch_fwd_ws(const FwdParams& p, cudaStream_t stream) {
   using Element = typename Cfg::Element;
   static std::atomic<unsigned long long> ready{0};
   if (!sm90_kernel_ready(&fwd_ws_kernel<Cfg>, Cfg::kSmemBytes, ready)) return cudaErrorNotSupported;
-  // Rows that see no key (seqlen_k == 0) are the SM80 kernel's.
-  if (p.seqlen_k == 0 || !tma_ok(p)) return cudaErrorNotSupported;
+  // Rows that see no key (seqlen_k == 0) are the SM80 kernel's; so is a
+  // scale <= 0 on raw scores, whose running max would have to be a minimum
+  // (the SM80 kernels scale the scores first). The logit transforms put the
+  // scale into the logits and take any.
+  constexpr int kTransform = Cfg::kLogits & (fwd::kLogitSoftcap | fwd::kLogitAlibi);
+  if (p.seqlen_k == 0 || !tma_ok(p) || (kTransform == 0 && !(p.scale > 0.f))) return cudaErrorNotSupported;
   const int64_t num_m = (int64_t(p.seqlen_q) + Cfg::kBlockM - 1) / Cfg::kBlockM;
   const int64_t total = num_m * p.heads_q * p.batch;
   const int sms = sm_count();
@@ -70,7 +75,7 @@ cudaError_t launch_fwd_ws(const FwdParams& p, cudaStream_t stream) {
   kp.sched.batch = p.batch;
   kp.sched.causal = p.causal;
   kp.sched.group = p.causal ? fwd_order_group(int(num_m), p.heads_q, p.batch, p.seqlen_k, Cfg::kHeadDim, p.heads_kv,
-                                              int(sizeof(Element)), false)
+                                              int(sizeof(Element)), Cfg::kMasks && p.segment_ids())
                             : 0;
   kp.sched.counter = p.tile_counter;
   if (p.tile_counter != nullptr) {
@@ -102,7 +107,63 @@ cudaError_t run_fwd_sm90_hdim(const FwdParams& params, cudaStream_t stream) {
   return sm90::launch_fwd_ws<sm90::FwdConfig<kHeadDim, sm90::ElementOf<kDType>>>(params, stream);
 }
 
+// Masks-only variants (window, lengths, query offsets, segment ids; also
+// plain parameters) on the warp-specialised kernel. cudaErrorNotSupported,
+// for the caller to fall back to the SM80 masks kernel, as above and when
+// soft-cap, ALiBi or dropout is set. The rest (head_dim <= kHeadDim, sizes,
+// pointers) the caller has checked, as for run_fwd_sm90_hdim.
+template <DType kDType, int kHeadDim>
+cudaError_t run_fwd_sm90_masks_hdim(const FwdParams& params, cudaStream_t stream) {
+  if (!variant_masks_only(params)) return cudaErrorNotSupported;
+  // d64: three consumer warpgroups from 2k queries, as for plain attention
+  // (H100/H200 A/B, 8k causal: window / lengths / segments equal to two,
+  // per-batch offsets -4%).
+  if constexpr (kHeadDim == 64)
+    if (params.seqlen_q >= 2048)
+      return sm90::launch_fwd_ws<sm90::FwdConfig<kHeadDim, sm90::ElementOf<kDType>, 3, true>>(params, stream);
+  return sm90::launch_fwd_ws<sm90::FwdConfig<kHeadDim, sm90::ElementOf<kDType>, 2, true>>(params, stream);
+}
+
+// Soft-cap and / or ALiBi without dropout, or dropout alone, with or
+// without the masks-only variants, on the warp-specialised kernel (one
+// instantiation per transform set). cudaErrorNotSupported (the caller then
+// takes the SM80 generic variants kernel) as above and when dropout is set
+// with soft-cap or ALiBi, or none of the three is.
+template <DType kDType, int kHeadDim>
+cudaError_t run_fwd_sm90_logits_hdim(const FwdParams& params, cudaStream_t stream) {
+  using E = sm90::ElementOf<kDType>;
+  const bool dropout = variant_dropout(params);
+  const int logits = (params.softcap > 0.f ? fwd::kLogitSoftcap : 0) | (params.alibi_slopes ? fwd::kLogitAlibi : 0);
+  if ((dropout && logits != 0) || (!dropout && logits == 0)) return cudaErrorNotSupported;
+  // d64 from 2k queries: soft-cap (alone or with ALiBi) on three consumer
+  // warpgroups, whose third softmax covers its tanh; ALiBi alone and dropout
+  // on two (H200 A/B, 8k causal, time three / two warpgroups: soft-cap
+  // 0.426 / 0.485 ms, both 0.458 / 0.483; ALiBi 0.342 / 0.334, dropout
+  // 0.723 / 0.636: the third warpgroup's 160 registers spill there).
+  if constexpr (kHeadDim == 64) {
+    if (params.seqlen_q >= 2048 && !dropout && (logits & fwd::kLogitSoftcap) != 0) {
+      if (logits == fwd::kLogitSoftcap)
+        return sm90::launch_fwd_ws<sm90::FwdConfig<64, E, 3, true, fwd::kLogitSoftcap>>(params, stream);
+      return sm90::launch_fwd_ws<sm90::FwdConfig<64, E, 3, true, fwd::kLogitSoftcap | fwd::kLogitAlibi>>(params, stream);
+    }
+  }
+  if (dropout) return sm90::launch_fwd_ws<sm90::FwdConfig<kHeadDim, E, 2, true, fwd::kLogitDropout>>(params, stream);
+  if (logits == fwd::kLogitSoftcap)
+    return sm90::launch_fwd_ws<sm90::FwdConfig<kHeadDim, E, 2, true, fwd::kLogitSoftcap>>(params, stream);
+  if (logits == fwd::kLogitAlibi)
+    return sm90::launch_fwd_ws<sm90::FwdConfig<kHeadDim, E, 2, true, fwd::kLogitAlibi>>(params, stream);
+  return sm90::launch_fwd_ws<sm90::FwdConfig<kHeadDim, E, 2, true, fwd::kLogitSoftcap | fwd::kLogitAlibi>>(params, stream);
+}
+
 }  // namespace jax_flash::cuda
+
+#define JAX_FLASH_INSTANTIATE_FWD_SM90_MASKS(DTYPE, HDIM)                                      \
+  template cudaError_t jax_flash::cuda::run_fwd_sm90_masks_hdim<jax_flash::DType::DTYPE, HDIM>( \
+      const jax_flash::FwdParams&, cudaStream_t);
+
+#define JAX_FLASH_INSTANTIATE_FWD_SM90_LOGITS(DTYPE, HDIM)                                      \
+  template cudaError_t jax_flash::cuda::run_fwd_sm90_logits_hdim<jax_flash::DType::DTYPE, HDIM>( \
+      const jax_flash::FwdParams&, cudaStream_t);
 
 #define JAX_FLASH_INSTANTIATE_FWD_SM90(DTYPE, HDIM)                                      \
   template cudaError_t jax_flash::cuda::run_fwd_sm90_hdim<jax_flash::DType::DTYPE, HDIM>( \

@@ -1,5 +1,6 @@
 // Consumer mainloop of the warp-specialised Hopper forward: one warpgroup,
-// 64 query rows, every key tile of the work tile (last first).
+// 64 query rows, every key tile of the work tile (last first); for the
+// variants (run_variants), the key tiles the producer chose.
 //
 // Q is released to the producer right after the tile's last S wgmma, so the
 // next tile's Q load runs under the last P V and the epilogue (H100: part
@@ -17,7 +18,11 @@
 
 #include "cuda/mask.cuh"
 #include "cuda/softmax.cuh"
+#include "cuda/tile_order.h"
+#include "cuda/variants.cuh"
 #include "cuda/sm90/fwd_config.cuh"
+#include "cuda/sm90/fwd_logits.cuh"
+#include "cuda/sm90/fwd_masks.cuh"
 #include "cuda/sm90/pipeline.cuh"
 #include "cuda/sm90/softmax_step.cuh"
 #include "cuda/sm90/wgmma.cuh"
@@ -121,6 +126,112 @@ struct FwdMainloop {
       for (int i = 0; i < size(tOrP); ++i) tOrP(i) = rP(i);
     }
     // P(0) V(0).
+    barrier_wait(ss.v_full[v_ring.index], v_ring.phase);
+    turn_wait();
+    fwd::wgmma_issue<false, true>(mma_o, tOrP, tOrV(_, _, _, v_ring.index), acc_o);
+    turn_pass();
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(acc_o);
+    barrier_arrive(ss.v_empty[v_ring.index]);
+    v_ring.advance();
+  }
+  // (Cfg::kMasks) The variants' loop: the same overlaps over the key tiles
+  // the producer chose, each read from beside its K stage with its step
+  // flags (fwd_masks.cuh) until the one flagged last. Per tile: the logit
+  // transforms (Cfg::kLogits soft-cap / ALiBi bits; fwd_logits.cuh), the
+  // masks of a flagged step, the softmax (scale: the logits' one; soft-cap
+  // with a fixed max where fixed_max), dropout of P. The work tile visits at
+  // least one key tile.
+  template <class TO, class TS>
+  __device__ __forceinline__ void run_variants(const FwdParams& p, typename Cfg::SharedStorage& ss, const TileCoord& c,
+                                               const Variant& var, float scale_log2, const fwd::LogitValues& ls,
+                                               bool fixed_max, TO& acc_o, TS& softmax) {
+    constexpr int kTransform = Cfg::kLogits & (fwd::kLogitSoftcap | fwd::kLogitAlibi);
+    constexpr bool kDropout = (Cfg::kLogits & fwd::kLogitDropout) != 0;
+    constexpr bool kAlibiShift = (kTransform & fwd::kLogitAlibi) != 0;
+    Tensor sQ = make_tensor(make_smem_ptr(ss.q.data()), typename Cfg::SmemLayoutQ{});
+    Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), typename Cfg::SmemLayoutKV{});
+    Tensor sVt = make_tensor(make_smem_ptr(ss.v.data()), typename Cfg::SmemLayoutVt{});
+    auto thr_s = mma_s.get_thread_slice(ctid);
+    auto thr_o = mma_o.get_thread_slice(ctid);
+    Tensor tSrQ = thr_s.partition_fragment_A(sQ);
+    Tensor tSrK = thr_s.partition_fragment_B(sK);
+    Tensor tOrV = thr_o.partition_fragment_B(sVt);
+    Tensor tSc = thr_s.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
+    Tensor tSc0 = mma_s.get_thread_slice(0).partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
+
+    constexpr int kRows = 2;
+    const int row0 = c.tile * kBlockM;
+    FwdTileMasks<kBlockN> masks;
+    masks.init(p, var, c.batch, row0, tSc, tSc0);
+    using AccS = decltype(partition_fragment_C(mma_s, Shape<Int<kBlockM>, Int<kBlockN>>{}));
+    using FragP = decltype(make_tensor<Element>(fwd::PAsALayout<kBlockN>{}));
+    FragP tOrP;
+    float corr[kRows];
+    // Logits and masks of tile n; returns apply_logits' shift.
+    auto logits_masks = [&](int n, int flags, AccS& acc_s) {
+      float shift = 0.f;
+      if constexpr (kTransform != 0) shift = fwd::apply_logits<kTransform, kBlockM, kBlockN>(acc_s, tSc, tSc0, &ls, n * kBlockN);
+      if (flags & (kStepBand | kStepSeg)) masks.apply(p, acc_s, tSc, tSc0, row0, n * kBlockN, flags);
+      return shift;
+    };
+    // The softmax step and dropout; whether O needs the rescale by corr.
+    auto softmax_drop = [&](int n, AccS& acc_s, float shift) {
+      bool moved = false;
+      if (kTransform == fwd::kLogitSoftcap && fixed_max) softmax.update_fixed(acc_s, scale_log2);
+      else moved = fwd::softmax_step<kAlibiShift>(softmax, acc_s, corr, scale_log2, shift);
+      if constexpr (kDropout) fwd::apply_dropout(acc_s, tSc, tSc0, &ls, c.batch, c.head, row0, n * kBlockN);
+      return moved;
+    };
+
+    // First key tile: S alone.
+    barrier_wait(ss.k_full[k_ring.index], k_ring.phase);
+    asm volatile("" ::: "memory");  // the stage's meta is read after the wait
+    int n = ss.meta.n[k_ring.index], flags = ss.meta.flags[k_ring.index];
+    {
+      AccS acc_s;
+      turn_wait();
+      fwd::wgmma_issue<true, false>(mma_s, tSrQ, tSrK(_, _, _, k_ring.index), acc_s);
+      turn_pass();
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(acc_s);
+      barrier_arrive(ss.k_empty[k_ring.index]);
+      k_ring.advance();
+      if (flags & kStepLast) barrier_arrive(ss.q_empty);
+      const float shift = logits_masks(n, flags, acc_s);
+      softmax_drop(n, acc_s, shift);  // O is still 0: no rescale
+      Tensor rP = fwd::convert_regs<Element>(acc_s);
+#pragma unroll
+      for (int i = 0; i < size(tOrP); ++i) tOrP(i) = rP(i);
+    }
+    while (!(flags & kStepLast)) {
+      barrier_wait(ss.k_full[k_ring.index], k_ring.phase);
+      asm volatile("" ::: "memory");
+      n = ss.meta.n[k_ring.index];
+      flags = ss.meta.flags[k_ring.index];
+      AccS acc_s;
+      turn_wait();
+      fwd::wgmma_issue<true, false>(mma_s, tSrQ, tSrK(_, _, _, k_ring.index), acc_s);
+      barrier_wait(ss.v_full[v_ring.index], v_ring.phase);  // V of the previous tile
+      fwd::wgmma_issue<false, true>(mma_o, tOrP, tOrV(_, _, _, v_ring.index), acc_o);
+      turn_pass();
+      warpgroup_wait<1>();  // S(n)
+      warpgroup_fence_operand(acc_s);
+      barrier_arrive(ss.k_empty[k_ring.index]);
+      k_ring.advance();
+      if (flags & kStepLast) barrier_arrive(ss.q_empty);
+      const float shift = logits_masks(n, flags, acc_s);
+      const bool moved = softmax_drop(n, acc_s, shift);
+      warpgroup_wait<0>();  // the previous tile's P V
+      warpgroup_fence_operand(acc_o);
+      barrier_arrive(ss.v_empty[v_ring.index]);
+      v_ring.advance();
+      fwd::rescale_rows(acc_o, corr, moved);
+      Tensor rP = fwd::convert_regs<Element>(acc_s);
+#pragma unroll
+      for (int i = 0; i < size(tOrP); ++i) tOrP(i) = rP(i);
+    }
+    // The last tile's P V.
     barrier_wait(ss.v_full[v_ring.index], v_ring.phase);
     turn_wait();
     fwd::wgmma_issue<false, true>(mma_o, tOrP, tOrV(_, _, _, v_ring.index), acc_o);

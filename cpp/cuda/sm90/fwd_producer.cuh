@@ -3,12 +3,16 @@
 // Q once (after the consumers released the previous tile's), with the tile's
 // id beside it in shared memory, then K and V of each visited key tile, last
 // tile first (the masked ones), into their kStages-deep rings.
+// (Cfg::kMasks) fwd_produce_variants: the whole warp walks the key tiles the
+// variants leave (fwd_masks.cuh), lane 0 issues the loads.
 #pragma once
 
 #include <cute/tensor.hpp>
 
+#include "cuda/sm90/fwd_masks.cuh"
 #include "cuda/sm90/fwd_params.cuh"
 #include "cuda/sm90/pipeline.cuh"
+#include "cuda/variants.cuh"
 
 namespace jax_flash::cuda::sm90 {
 
@@ -82,6 +86,100 @@ __device__ __forceinline__ void fwd_produce(const FwdKernelParams<Cfg>& kp, type
       if (n < n_end - 1) load_k(n);
       load_v(n);
     }
+  }
+}
+
+
+template <class Cfg>
+__device__ __forceinline__ void fwd_produce_variants(const FwdKernelParams<Cfg>& kp, typename Cfg::SharedStorage& ss,
+                                                     int lane) {
+  constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kHeadDim = Cfg::kHeadDim;
+  const FwdParams& p = kp.p;
+  const TileScheduler& sched = kp.sched;
+
+  Tensor sQ = make_tensor(make_smem_ptr(ss.q.data()), typename Cfg::SmemLayoutQ{});
+  Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), typename Cfg::SmemLayoutKV{});
+  Tensor sV = make_tensor(make_smem_ptr(ss.v.data()), typename Cfg::SmemLayoutKV{});
+  Tensor mQ = kp.tma_q.get_tma_tensor(gmem_shape(p.seqlen_q, p.head_dim, p.heads_q, p.batch));
+  Tensor mK = kp.tma_k.get_tma_tensor(gmem_shape(p.seqlen_k, p.head_dim, p.heads_kv, p.batch));
+  Tensor mV = kp.tma_v.get_tma_tensor(gmem_shape(p.seqlen_k, p.head_dim, p.heads_kv, p.batch));
+  const int group = p.heads_q / p.heads_kv;
+
+  RingState<Cfg::kStages> k_ring, v_ring;
+  k_ring.phase = v_ring.phase = 1u;  // buffers start free
+  uint32_t q_phase = 1u;
+  for (int t = sched.first();;) {
+    if (t >= sched.total()) {  // tell the consumers: no more work
+      barrier_wait(ss.q_empty, q_phase);
+      if (lane == 0) {
+        ss.tile_id = -1;
+        barrier_arrive(ss.q_full);
+      }
+      break;
+    }
+    const TileCoord c = sched.coord(t);
+    const int head_kv = c.head / group;
+    Tensor gQ = local_tile(mQ(_, _, c.head, c.batch), Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(c.tile, _0{}));
+    Tensor gK = local_tile(mK(_, _, head_kv, c.batch), Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));
+    Tensor gV = local_tile(mV(_, _, head_kv, c.batch), Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));
+    auto q_part = tma_partition(kp.tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
+    auto k_part = tma_partition(kp.tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+    auto v_part = tma_partition(kp.tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
+    auto& tKg = get<0>(k_part);
+    auto& tKs = get<1>(k_part);
+    auto& tVg = get<0>(v_part);
+    auto& tVs = get<1>(v_part);
+
+    FwdKeyWalk<kBlockM, kBlockN> walk;
+    int hi = 0;
+    walk.init(Variant(p, c.batch, c.head), c.tile, hi);
+    // The tile to load (n, flags) and the one after it (nn, flags_nn): a
+    // tile's flags say whether it is the last.
+    int flags = 0, flags_nn = 0;
+    int n = walk.next(p, c.batch, hi - 1, lane, flags);
+    int nn = n >= 0 ? walk.next(p, c.batch, n - 1, lane, flags_nn) : -1;
+    auto load_k = [&]() {
+      barrier_wait(ss.k_empty[k_ring.index], k_ring.phase);
+      if (lane == 0) {
+        ss.meta.n[k_ring.index] = n;
+        ss.meta.flags[k_ring.index] = flags | (nn < 0 ? kStepLast : 0);
+        barrier_expect_bytes(ss.k_full[k_ring.index], Cfg::kKVBytes);  // release: the stores above
+        copy(kp.tma_k.with(ss.k_full[k_ring.index]), tKg(_, n), tKs(_, k_ring.index));
+      }
+      k_ring.advance();
+    };
+    auto load_v = [&]() {
+      barrier_wait(ss.v_empty[v_ring.index], v_ring.phase);
+      if (lane == 0) {
+        barrier_expect_bytes(ss.v_full[v_ring.index], Cfg::kKVBytes);
+        copy(kp.tma_v.with(ss.v_full[v_ring.index]), tVg(_, n), tVs(_, v_ring.index));
+      }
+      v_ring.advance();
+    };
+    // The first K tile before Q's release wait: it does not touch Q's buffer.
+    if (n >= 0) load_k();
+    barrier_wait(ss.q_empty, q_phase);
+    q_phase ^= 1u;
+    if (lane == 0) {
+      ss.tile_id = t;
+      ss.meta.visits = n >= 0;
+      if (n >= 0) {
+        barrier_expect_bytes(ss.q_full, Cfg::kQBytes);
+        copy(kp.tma_q.with(ss.q_full), get<0>(q_part), get<1>(q_part));
+      } else {
+        barrier_arrive(ss.q_full);  // no key for any row: no Q either
+      }
+    }
+    for (bool first = true; n >= 0; first = false) {
+      if (!first) load_k();
+      load_v();
+      n = nn;
+      flags = flags_nn;
+      nn = n >= 0 ? walk.next(p, c.batch, n - 1, lane, flags_nn) : -1;
+    }
+    int t_next = 0;
+    if (lane == 0) t_next = sched.next(t);
+    t = __shfl_sync(0xffffffffu, t_next, 0);
   }
 }
 
