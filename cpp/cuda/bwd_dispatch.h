@@ -29,10 +29,11 @@ cudaError_t run_bwd_var_hdim(const BwdParams& params, BwdLaunchFlags flags, cuda
 template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_varm_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream);
 
-// Hopper (wgmma) backward for plain attention in atomic mode with
-// head_dim == kHeadDim and vector-aligned inputs (instantiations/bwd_sm90_*.cu,
-// built only when the archs include 90a); cudaErrorNotSupported otherwise, or
-// when the device is not cc 9.0.
+// The warp-specialised Hopper backward (cpp/cuda/sm90/) for plain attention,
+// atomic or deterministic, with head_dim == kHeadDim, vector-aligned inputs
+// and non-empty sequences (instantiations/bwd_sm90_*.cu, built only when the
+// archs include 90a); cudaErrorNotSupported otherwise (the SM80 kernels take
+// those), or when the device is not cc 9.0.
 template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_sm90_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream);
 
@@ -43,8 +44,8 @@ cudaError_t run_bwd_sm90_hdim(const BwdParams& params, BwdLaunchFlags flags, cud
 template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_sm90_masks_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream);
 
-// Soft-cap and / or ALiBi (with or without the masks-only variants; no
-// dropout) on the Hopper kernel, atomic mode (instantiations/
+// Soft-cap and / or ALiBi, or dropout alone (with or without the
+// masks-only variants) on the Hopper kernel, atomic mode (instantiations/
 // bwd_sm90_logits_*.cu, built like the masks units); cudaErrorNotSupported
 // where it does not apply.
 template <DType kDType, int kHeadDim>

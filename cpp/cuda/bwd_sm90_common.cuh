@@ -1,8 +1,8 @@
-// Pieces shared by the two Hopper dK/dV kernels (bwd_sm90_kernel.cuh for
-// head dims 64/128, bwd_sm90_wide_kernel.cuh for 256): their smem layouts,
-// the K/V and Q/dO/LSE/D tile loads, P^T recomputed from S^T, and the dK/dV
-// epilogue. Both kernels compute the key-major products (S^T = K Q^T), so a
-// tile of keys x queries has keys as rows.
+// Pieces of the Hopper backwards: the wide-head kernel's smem layouts and
+// K/V, Q/dO/LSE/D tile loads (bwd_sm90_wide_kernel.cuh), and the dK/dV
+// epilogue it shares with the warp-specialised kernel (sm90/bwd_kernel.cuh).
+// Both compute the key-major products (S^T = K Q^T), so a tile of keys x
+// queries has keys as rows.
 #pragma once
 
 #include <cstdint>

@@ -1,8 +1,6 @@
-// Soft-cap and ALiBi (cuda::Variant::logit_log2) in the Hopper dK/dV
-// kernel: a masks traits (kMasks, so every masks-only variant combines) plus
-// kLogits (fwd::kLogitSoftcap / fwd::kLogitAlibi bits), as the forward's
-// Sm90LogitsTraits. The traits is a derived struct, so the plain and masks
-// kernels keep their template arguments, names and code.
+// Soft-cap, ALiBi and dropout (cuda::Variant::logit_log2; the fwd::kLogit*
+// bits) on a keys x queries tile of the Hopper backward, for the
+// warp-specialised kernel's kLogits instantiations (sm90/bwd_logits.cuh).
 //
 // On one keys x queries tile (S^T: rows are keys, columns queries), with
 // l2 = lse log2(e) per query, x the raw score, t = tanh(x scale / cap):
@@ -14,9 +12,8 @@
 // 1, ALiBi's bias folded into the exp2 argument) and dS^T is the plain one.
 // With soft-cap, pass 1 leaves t in the S^T registers (the tanh under the
 // wgmma) and pass 2, once dP^T is there, makes P^T and dS^T element by
-// element, so t needs no tile of its own (the d128 kernel has no 32
-// registers to spare for it). Masks as a separate pass after either, as in
-// masked_probs_t (interleaved, ptxas serialised the wgmmas: C7519).
+// element, so t needs no tile of its own. Masks as a separate pass after
+// either (masks_t; interleaved, ptxas serialised the wgmmas: C7519).
 #pragma once
 
 #include <cstdint>
@@ -34,27 +31,6 @@ namespace jax_flash::cuda::bwd90 {
 using namespace cute;
 using fwd::kLogitAlibi;
 using fwd::kLogitSoftcap;
-
-// A masks traits plus kLogits; LogitSmem follows the MaskSmem in shared memory.
-// kTanhFirst: keep the soft-cap tanh pass before the dP^T wait (see the
-// kernel; off, ptxas scheduled it after, beside the exponentials).
-template <class MasksTraits, int kLogits_, bool kTanhFirst_ = true>
-struct BwdSm90LogitsTraits : MasksTraits {
-  // Soft-cap / ALiBi sets (1..3), or dropout alone (fwd::kLogitDropout).
-  static_assert(MasksTraits::kMasks && ((kLogits_ > 0 && kLogits_ <= 3) || kLogits_ == fwd::kLogitDropout));
-  static_assert(!MasksTraits::kEarlyDv);  // P^T is made after dP^T with soft-cap
-  static constexpr int kLogits = kLogits_;
-  static constexpr bool kTanhFirst = kTanhFirst_;
-  struct LogitSmem {
-    float qk_mul;    // soft-cap: scale / cap
-    float cap_log2;  // soft-cap: cap * log2(e)
-    float slope[MasksTraits::kStages];  // ALiBi: each stage's q head's slope (not yet * log2(e))
-    uint32_t seed[2];                   // dropout: the Philox key
-    uint32_t drop_threshold;
-    float keep_scale;                   // dropout: 1 / (1 - rate)
-  };
-  static constexpr int kSmemBytes = MasksTraits::kSmemBytes + int(sizeof(LogitSmem));
-};
 
 // The logit transform set of a launch (fwd::kLogit* bits, dropout's
 // included; 0: none).

@@ -1,9 +1,8 @@
 // Masks-only variants (window, lengths, query offsets, segment ids;
-// cuda::Variant) in the Hopper dK/dV kernel: the per-CTA pieces that the
-// plain kernel has no use for. The kernel's kMasks instantiation keeps these
-// in shared memory past its SharedStorage (BwdSm90Traits::MaskSmem, counted
-// in kSmemBytes), so the plain instantiation's layout and code stay as they
-// were.
+// cuda::Variant) on a keys x queries tile of the Hopper backward: tile
+// flags, the segment-range narrowing of the query tiles, the element masks
+// of P^T and deterministic mode's dQ ranks. The warp-specialised kernel's
+// roles use them (sm90/bwd_masks.cuh, bwd_mainloop.cuh, bwd_dq.cuh).
 #pragma once
 
 #include <climits>
@@ -18,32 +17,6 @@
 namespace jax_flash::cuda::bwd90 {
 
 using namespace cute;
-
-template <int kBlockM, int kBlockN, int kStages>
-struct BwdSm90MaskSmem {
-  int qseg[kStages][kBlockM];  // query segment ids of each stage's tile
-  int kseg[kBlockN];           // the key tile's segment ids
-  int scan[2];                 // first / last 16-row block whose ids meet the key tile's
-  int one_id;                  // 1: the scanned blocks and the key tile all hold one id
-  int q_len, kv_len;           // the Variant's per-batch values (Variant::Variant(p, b, ...))
-  int k_mn, k_mx;              // the key tile's id range
-  int64_t offset;
-  // Iterations ahead: step k's (iteration, tile flags) in ring[k % 4],
-  // written by thread 0 two steps before (see the kernel).
-  int ring[4][2];
-  // (Masks-only kernels) The search's window: query tile m_begin +
-  // win_base + l (l < 32) meets the key tile's ids when bit l of win_meet is
-  // set, and takes tile flags win_flags[l]. Warp 0 alone reads and fills it
-  // (fill_query_window).
-  int win_base;
-  uint32_t win_meet;
-  int win_flags[32];
-
-  __device__ __forceinline__ Variant variant(const FwdParams& p, int b) const {
-    return Variant(p, b, q_len, kv_len, offset);
-  }
-  __device__ __forceinline__ Variant::SegRange k_rng() const { return Variant::SegRange{k_mn, k_mx}; }
-};
 
 // Per-tile mask flags (bits): element masks needed; segment ids compared;
 // above kTileRankShift, deterministic mode's rank of the tile's dQ reduce.
@@ -104,37 +77,6 @@ __device__ __forceinline__ void narrow_query_tiles(const Variant& var, const Bwd
   }
 }
 
-// Warp 0's window of 32 query tiles from rel0 on (relative to m_begin; nm
-// in all) against key tile n0: one lane a tile loads its 16-row id ranges
-// (with segment ids over several ids) and computes its tile flags, so the
-// per-step search is a bit test and a shared-memory read, and pays one
-// global round trip per 32 tiles instead of one per step (ncu, packed
-// documents: warp 0 late at the step's first barrier). Every lane of warp 0
-// calls this; returns the window's meet bits.
-template <int M, int N, class MaskSmem>
-__device__ __forceinline__ uint32_t fill_query_window(const Variant& v, const Variant::SegRange& kr, int m_begin,
-                                                      int nm, int n0, int rel0, MaskSmem& ms) {
-  const int lane = int(threadIdx.x & 31), rel = rel0 + lane;
-  bool meet = false;
-  int fl = 0;
-  if (rel < nm) {
-    const int m0 = (m_begin + rel) * M;
-    // one_id: every tile met holds the key tile's one id.
-    const Variant::SegRange qr = ms.one_id ? kr : v.q_range(m0, M);
-    meet = !Variant::disjoint(qr, kr);
-    fl = tile_flags(v, m0, M, n0, N, qr, kr);
-  }
-  const uint32_t bits = __ballot_sync(0xffffffffu, meet);
-  __syncwarp();  // every lane has read the old window
-  ms.win_flags[lane] = fl;
-  if (lane == 0) {
-    ms.win_base = rel0;
-    ms.win_meet = bits;
-  }
-  __syncwarp();
-  return bits;
-}
-
 // The masks-only variants' element masks on one keys x queries tile:
 // zero(r, c) for each element (row-col indices of the accumulator) that the
 // band / lengths (a tile-relative TileMask taking (query, key)) or, where
@@ -170,31 +112,6 @@ __device__ __forceinline__ void masks_t(TC0 const& tSc0_rc, int rb, int cb, cons
         if (kid[r] != qid) zero(r, c);
     }
   }
-}
-
-// P^T = exp2(S^T scale log2e - lse log2e) on one keys x queries tile, with
-// the masks-only variants' element masks (masks_t) where `mask` (`seg`: the
-// segment ids too). make_tm() gives the tile's TileMask, called only where
-// `mask` (its window / lengths bounds were ~40 instructions a step that
-// ptxas did not sink into the branch).
-template <class TS, class TC, class TC0, class MakeTileMask>
-__device__ __forceinline__ void masked_probs_t(TS& s, TC const& tSc_rc, TC0 const& tSc0_rc, const float* lse,
-                                               const int* qseg, const int* kseg, float scale_log2, bool mask,
-                                               bool seg, MakeTileMask&& make_tm) {
-  constexpr int kRows = decltype(size<0>(s))::value;
-  const int rb = get<0>(tSc_rc(0, 0)) - get<0>(tSc0_rc(0, 0));  // key offset
-  const int cb = get<1>(tSc_rc(0, 0)) - get<1>(tSc0_rc(0, 0));  // query offset
-#pragma unroll
-  for (int c = 0; c < size<1>(s); ++c) {
-    const float l2 = bwd::lse_to_log2(lse[cb + get<1>(tSc0_rc(0, c))]);
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) s(r, c) = exp2f(s(r, c) * scale_log2 - l2);
-  }
-  // The masks as a second pass over P^T (a select per element), so that
-  // their values are not live beside the exponentials' (interleaved, the
-  // d128 kernel ran out of registers: ptxas C7519 at the dV wgmma).
-  if (!mask) return;
-  masks_t(tSc0_rc, rb, cb, qseg, kseg, seg, make_tm(), [&](int r, int c) { s(r, c) = 0.f; });
 }
 
 // Deterministic mode: how many CTAs of higher key tile add into query tile

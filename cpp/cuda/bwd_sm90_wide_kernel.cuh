@@ -1,8 +1,8 @@
 // Hopper (SM90a) dK/dV kernel for wide heads (head dim 256), plain attention,
 // atomic dQ mode: wgmma tensor cores, no warp specialisation, cp.async loads.
 //
-// Why not bwd_sm90_kernel.cuh's shape: there each warpgroup owns 64 keys and
-// keeps dK and dV (64 x D each, fp32) in registers, 2 x D/2 registers a
+// Why not the d64/d128 kernels' shape: there each warpgroup owns 64 keys
+// and keeps dK and dV (64 x D each, fp32) in registers, 2 x D/2 registers a
 // thread: 256 at D = 256, more than a thread has. Here one CTA of 2
 // warpgroups owns 64 keys and the warpgroups split the head dim of dK and dV
 // (each 64 x 128 of both: 128 registers a thread), so every product with the

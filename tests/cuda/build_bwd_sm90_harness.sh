@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build tests/cuda/bwd_sm90_harness (sm_90a only) into $BUILD (default
 # build/bwd90): the d128 SM80 backward units (fallback, deterministic mode,
-# timing baseline), the d128 sm90 units, bwd_sm90_alt.cu and the harness. JOBS parallel nvcc.
+# timing baseline), the d128 sm90 units and the harness. JOBS parallel nvcc.
 # Objects are rebuilt only when their .cu is newer: FORCE=1 after header edits.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -12,8 +12,7 @@ GENCODE="-gencode arch=compute_90a,code=sm_90a"
 FLAGS="-O3 -std=c++17 --expt-relaxed-constexpr --use_fast_math $GENCODE -I cpp -I $CUTE_INC"
 mkdir -p "$BUILD"
 srcs="cpp/cuda/instantiations/bwd_sm90_hdim128_bf16.cu cpp/cuda/instantiations/bwd_sm90_hdim128_fp16.cu
-cpp/cuda/instantiations/bwd_hdim128_bf16.cu cpp/cuda/instantiations/bwd_hdim128_fp16.cu
-tests/cuda/bwd_sm90_alt.cu"
+cpp/cuda/instantiations/bwd_hdim128_bf16.cu cpp/cuda/instantiations/bwd_hdim128_fp16.cu"
 export FLAGS BUILD
 printf '%s\n' $srcs | xargs -P "$JOBS" -I{} sh -c \
   'o="$BUILD/$(basename {} .cu).o"; if [ ! -f "$o" ] || [ {} -nt "$o" ] || [ -n "${FORCE:-}" ]; then t0=$(date +%s); nvcc $FLAGS -Xptxas -v -c {} -o "$o" > "$BUILD/$(basename {} .cu).ptxas.log" 2>&1 || { cat "$BUILD/$(basename {} .cu).ptxas.log"; exit 255; }; echo "compiled $(basename {} .cu) in $(( $(date +%s) - t0 )) s"; fi'

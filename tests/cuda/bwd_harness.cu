@@ -534,9 +534,6 @@ static DevProblem bench_problem(const Shape& s, unsigned seed) {
   return p;
 }
 
-#if defined(JAX_FLASH_BWD_SM90)
-cudaError_t jf_bwd_sm90_logits_alt(const jax_flash::BwdParams& p, cudaStream_t s);
-#endif
 
 // Backward (atomic and deterministic) of the variants kernels vs plain causal.
 static void bench_variants() {
@@ -605,13 +602,6 @@ static void bench_variants() {
         std::printf("VBENCH bwd d=%d s=%d h=%d causal %-6s %-30s %.3f ms  x%.3f vs plain (alt: general kernel, 64x128 dK/dV tile)\n",
                     D, S, H, det ? "det" : "atomic", names[vi], t2, t2 / base_ms[det]);
       }
-#if defined(JAX_FLASH_BWD_SM90)
-      if (!det && (vi == 3 || vi == 10)) {
-        const float ta = time_ms([&] { return jf_bwd_sm90_logits_alt(bp, 0); });
-        std::printf("VBENCH bwd d=%d s=%d h=%d causal %-6s %-30s %.3f ms  x%.3f vs plain (alt: Hopper, the other tanh schedule)\n",
-                    D, S, H, "atomic", names[vi], ta, ta / base_ms[det]);
-      }
-#endif
       if (vi == 9)
         std::printf("VBENCH bwd packed docs %s: real-work rate = %.3f of plain causal\n",
                     det ? "det" : "atomic", (pairs / t) / (0.5 * double(S) * S / base_ms[det]));
@@ -650,13 +640,6 @@ static void bench_logits_d64() {
       std::printf("VBENCH bwd d=%d s=%d h=%d causal atomic %-30s %.3f ms  x%.3f vs plain (SM80 generic variants kernel)\n",
                   D, S, H, names[vi], t3, t3 / base);
     }
-#if defined(JAX_FLASH_BWD_SM90)
-    if (vi == 1 || vi == 3) {
-      const float ta = time_ms([&] { return jf_bwd_sm90_logits_alt(bp, 0); });
-      std::printf("VBENCH bwd d=%d s=%d h=%d causal atomic %-30s %.3f ms  x%.3f vs plain (alt: Hopper, the other tanh schedule)\n",
-                  D, S, H, names[vi], ta, ta / base);
-    }
-#endif
     std::fflush(stdout);
   }
   vd.free_all();

@@ -3,8 +3,6 @@
 //                            (bwd_harness.cu's check_shape: atomic mode runs
 //                            the sm90 kernel, the deterministic modes the
 //                            SM80 split kernels)
-//   bwd_sm90_harness test [dqatomic|earlydv|lateloads]   the same with an alternative
-//                            configuration (bwd_sm90_alt.cu)
 //   bwd_sm90_harness bench   bf16 d128, 16k tokens: SM80 atomic vs sm90 (all)
 // bwd_harness.cu is included with its run_bwd calls renamed to the hook
 // below and its main() renamed away; only the d128 units are linked (no
@@ -18,10 +16,6 @@
 
 #include "cuda/bwd_dispatch.h"
 
-cudaError_t bwd_sm90_d128_dqatomic(const jax_flash::BwdParams& p, jax_flash::cuda::BwdLaunchFlags f, cudaStream_t s);
-cudaError_t bwd_sm90_d128_earlydv(const jax_flash::BwdParams& p, jax_flash::cuda::BwdLaunchFlags f, cudaStream_t s);
-cudaError_t bwd_sm90_d128_lateloads(const jax_flash::BwdParams& p, jax_flash::cuda::BwdLaunchFlags f, cudaStream_t s);
-static const char* const kAltNames[] = {"default (dQ bulk reduce)", "dqatomic (v1)", "earlydv", "lateloads"};
 
 namespace jax_flash::cuda {
 
@@ -29,7 +23,6 @@ template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_sm90_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream);
 
 static bool g_sm90 = true;  // atomic mode on the sm90 kernel (else SM80)
-static int g_alt = 0;  // 0: default; 1-3: bwd_sm90_alt.cu's dqatomic, earlydv, lateloads
 static long g_sm90_runs = 0, g_fallbacks = 0;
 
 size_t bwd_workspace_bytes(const BwdParams& p) {
@@ -54,11 +47,8 @@ cudaError_t run_bwd_hook(const BwdParams& p, cudaStream_t s) {
     f.pair_ok = f.pair_ok && x % 2 == 0;
   const bool fp16 = p.dtype == DType::kFloat16;
   if (g_sm90 && !p.deterministic) {
-    cudaError_t e = g_alt == 1 ? bwd_sm90_d128_dqatomic(p, f, s)
-                    : g_alt == 2 ? bwd_sm90_d128_earlydv(p, f, s)
-                    : g_alt == 3 ? bwd_sm90_d128_lateloads(p, f, s)
-                    : fp16       ? run_bwd_sm90_hdim<DType::kFloat16, 128>(p, f, s)
-                                 : run_bwd_sm90_hdim<DType::kBFloat16, 128>(p, f, s);
+    cudaError_t e = fp16 ? run_bwd_sm90_hdim<DType::kFloat16, 128>(p, f, s)
+                         : run_bwd_sm90_hdim<DType::kBFloat16, 128>(p, f, s);
     if (e != cudaErrorNotSupported) {
       ++g_sm90_runs;
       return e;
@@ -100,8 +90,7 @@ static int test_d128() {
     fails += check_shape(s, 99 + cases, true);
     ++cases;
   }
-  std::printf("%s: %d d128 shapes, %d failures; sm90 launches %ld, fallbacks to SM80 in atomic mode %ld\n",
-              kAltNames[jax_flash::cuda::g_alt], cases, fails,
+  std::printf("%d d128 shapes, %d failures; sm90 launches %ld, fallbacks to SM80 in atomic mode %ld\n", cases, fails,
               jax_flash::cuda::g_sm90_runs, jax_flash::cuda::g_fallbacks);
   return fails == 0 ? 0 : 1;
 }
@@ -109,11 +98,8 @@ static int test_d128() {
 static int bench_d128(const std::vector<int>& seqs) {
   const int D = 128;
   std::printf("bf16 d128, 16k tokens, hidden 2048; backward only (preprocess + dK/dV(+dQ atomics) + dq convert)\n");
-  std::printf("sm90 = default (dQ bulk reduce); atom = v1 dQ atomics; early = bulk + dV issued before dS;\n"
-              "late = bulk + next tile's loads behind the S/dP wgmmas\n");
-  std::printf("%6s %6s %4s %9s %8s %9s %8s %7s %9s %8s %9s %8s %9s %8s\n", "seqlen", "batch", "caus", "sm80_ms",
-              "sm80_TF", "sm90_ms", "sm90_TF", "speedup", "atom_ms", "atom_TF", "early_ms", "early_TF", "late_ms",
-              "late_TF");
+  std::printf("%6s %6s %4s %9s %8s %9s %8s %7s\n", "seqlen", "batch", "caus", "sm80_ms", "sm80_TF", "sm90_ms",
+              "sm90_TF", "speedup");
   for (int S : seqs)
     for (int causal = 0; causal < 2; ++causal) {
       const int H = 2048 / D, B = 16384 / S;
@@ -133,18 +119,9 @@ static int bench_d128(const std::vector<int>& seqs) {
       jax_flash::cuda::g_sm90 = true;
       const long before = jax_flash::cuda::g_fallbacks;
       const double t90 = time_ms(bwd, 10);
-      jax_flash::cuda::g_alt = 1;
-      const double ta = time_ms(bwd, 10);
-      jax_flash::cuda::g_alt = 2;
-      const double te = time_ms(bwd, 10);
-      jax_flash::cuda::g_alt = 3;
-      const double tl = time_ms(bwd, 10);
-      jax_flash::cuda::g_alt = 0;
       const double flops = 2.5 * 4.0 * double(S) * S * D * H * B / (causal ? 2.0 : 1.0);
-      std::printf("%6d %6d %4d %9.3f %8.1f %9.3f %8.1f %7.3f %9.3f %8.1f %9.3f %8.1f %9.3f %8.1f%s\n", S, B, causal,
-                  t80, flops / t80 / 1e9, t90, flops / t90 / 1e9, t80 / t90, ta, flops / ta / 1e9, te, flops / te / 1e9,
-                  tl, flops / tl / 1e9,
-                  jax_flash::cuda::g_fallbacks != before ? "  (FELL BACK)" : "");
+      std::printf("%6d %6d %4d %9.3f %8.1f %9.3f %8.1f %7.3f%s\n", S, B, causal, t80, flops / t80 / 1e9, t90,
+                  flops / t90 / 1e9, t80 / t90, jax_flash::cuda::g_fallbacks != before ? "  (FELL BACK)" : "");
       std::fflush(stdout);
       free_problem(p);
     }
@@ -154,8 +131,6 @@ static int bench_d128(const std::vector<int>& seqs) {
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "test";
   if (mode == "test") {
-    const std::string alt = argc > 2 ? argv[2] : "";
-    jax_flash::cuda::g_alt = alt == "dqatomic" ? 1 : alt == "earlydv" ? 2 : alt == "lateloads" ? 3 : 0;
     return test_d128();
   }
   if (mode == "bench") {

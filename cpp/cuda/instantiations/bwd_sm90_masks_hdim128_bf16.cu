@@ -1,4 +1,4 @@
 // Hopper (wgmma) backward, masks-only variants: head dim 128, bf16. Built only when the archs include 90a.
-#include "cuda/bwd_sm90_launch_template.cuh"
+#include "cuda/sm90/bwd_launch.cuh"
 
 JAX_FLASH_INSTANTIATE_BWD_SM90_MASKS(kBFloat16, 128)

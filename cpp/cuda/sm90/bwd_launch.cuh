@@ -1,7 +1,8 @@
 // Host side of the warp-specialised Hopper backward: which calls it takes,
 // the TMA descriptors, the launch sequence (the D pre-pass, the accumulator
-// clear, the kernel, the dQ convert). Included only by
-// instantiations/bwd_sm90_hdim*_*.cu.
+// clear, the kernel, the dQ convert) and the entry points that pick a
+// configuration. Included only by instantiations/bwd_sm90_{hdim,masks,
+// logits}*.cu (head dims 64 / 128).
 #pragma once
 
 #include <atomic>
@@ -17,11 +18,29 @@
 
 namespace jax_flash::cuda::sm90 {
 
+// Deterministic mode, not causal: the stride between the first query tiles
+// of successive key-tile CTAs (the kernel's dq_rotate), or 0 for none. A CTA
+// then may wait for one of lower key tile, which launches after it; so only
+// when a whole row of key tiles fits on half the SMs, which leaves room for
+// it to become resident (else the plain highest-first order, whose waits all
+// point at CTAs launched earlier).
+inline int order_rotation(const BwdParams& p, int block_m, int block_n) {
+  if (p.causal) return 0;
+  const int n_blocks = (p.seqlen_k + block_n - 1) / block_n;
+  const int m_tiles = (p.seqlen_q + block_m - 1) / block_m;
+  if (n_blocks < 2 || n_blocks > m_tiles) return 0;
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    return 0;
+  return 2 * n_blocks <= sms ? m_tiles / n_blocks : 0;
+}
+
 // Plain attention (Cfg::kMasks: the masks-only variants; Cfg::kLogits: a
 // logit transform set on top, atomic mode), head_dim == the
 // config's, 16 B aligned rows (TMA), seqlen_q and seqlen_k > 0; else
 // cudaErrorNotSupported (the caller runs
-// the older kernels). rotate: deterministic mode's query-tile rotation
+// the SM80 kernels). rotate: deterministic mode's query-tile rotation
 // (BwdWork), 0 for none.
 template <class Cfg>
 cudaError_t launch_bwd_ws(const BwdParams& p, BwdLaunchFlags flags, int rotate, cudaStream_t stream) {
@@ -91,3 +110,60 @@ cudaError_t launch_bwd_ws(const BwdParams& p, BwdLaunchFlags flags, int rotate, 
 }
 
 }  // namespace jax_flash::cuda::sm90
+
+namespace jax_flash::cuda {
+
+// Plain attention, vector-aligned inputs, non-empty sequences (else
+// NotSupported: the SM80 kernels).
+template <DType kDType, int kHeadDim>
+cudaError_t run_bwd_sm90_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream) {
+  using Cfg = sm90::BwdConfig<kHeadDim, bwd::ElementOf<kDType>>;
+  const int rotate = params.deterministic ? sm90::order_rotation(params, Cfg::kBlockM, Cfg::kBlockN) : 0;
+  return sm90::launch_bwd_ws<Cfg>(params, flags, rotate, stream);
+}
+
+// Masks-only variants (window, lengths, query offsets, segment ids), atomic
+// mode and deterministic without segment ids, vector-aligned inputs (else
+// NotSupported: the SM80 kernels): the warp-specialised kernel's kMasks
+// instantiation (sm90/bwd_masks.cuh).
+template <DType kDType, int kHeadDim>
+cudaError_t run_bwd_sm90_masks_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream) {
+  using Cfg = sm90::BwdConfig<kHeadDim, bwd::ElementOf<kDType>, true>;
+  return sm90::launch_bwd_ws<Cfg>(params, flags, 0, stream);
+}
+
+// Soft-cap and / or ALiBi without dropout, or dropout alone, with or
+// without the masks-only variants, atomic mode, vector-aligned inputs (else
+// NotSupported: the SM80 kernels): the warp-specialised kernel's kLogits
+// instantiations (sm90/bwd_logits.cuh), one a transform set.
+template <DType kDType, int kHeadDim>
+cudaError_t run_bwd_sm90_logits_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream) {
+  constexpr int kCap = fwd::kLogitSoftcap, kAlibi = fwd::kLogitAlibi, kDrop = fwd::kLogitDropout;
+  using T = bwd::ElementOf<kDType>;
+  switch (bwd90::logits_kind(params)) {
+    case kCap:
+      return sm90::launch_bwd_ws<sm90::BwdConfig<kHeadDim, T, true, kCap>>(params, flags, 0, stream);
+    case kAlibi:
+      return sm90::launch_bwd_ws<sm90::BwdConfig<kHeadDim, T, true, kAlibi>>(params, flags, 0, stream);
+    case kCap | kAlibi:
+      return sm90::launch_bwd_ws<sm90::BwdConfig<kHeadDim, T, true, kCap | kAlibi>>(params, flags, 0, stream);
+    case kDrop:
+      return sm90::launch_bwd_ws<sm90::BwdConfig<kHeadDim, T, true, kDrop>>(params, flags, 0, stream);
+    default:
+      return cudaErrorNotSupported;
+  }
+}
+
+}  // namespace jax_flash::cuda
+
+#define JAX_FLASH_INSTANTIATE_BWD_SM90_LOGITS(DTYPE, HDIM)                                       \
+  template cudaError_t jax_flash::cuda::run_bwd_sm90_logits_hdim<jax_flash::DType::DTYPE, HDIM>(  \
+      const jax_flash::BwdParams&, jax_flash::cuda::BwdLaunchFlags, cudaStream_t);
+
+#define JAX_FLASH_INSTANTIATE_BWD_SM90_MASKS(DTYPE, HDIM)                                        \
+  template cudaError_t jax_flash::cuda::run_bwd_sm90_masks_hdim<jax_flash::DType::DTYPE, HDIM>(   \
+      const jax_flash::BwdParams&, jax_flash::cuda::BwdLaunchFlags, cudaStream_t);
+
+#define JAX_FLASH_INSTANTIATE_BWD_SM90(DTYPE, HDIM)                                              \
+  template cudaError_t jax_flash::cuda::run_bwd_sm90_hdim<jax_flash::DType::DTYPE, HDIM>(         \
+      const jax_flash::BwdParams&, jax_flash::cuda::BwdLaunchFlags, cudaStream_t);
