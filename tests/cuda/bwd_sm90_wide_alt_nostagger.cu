@@ -1,7 +1,7 @@
 // Alternative configuration of the Hopper wide-head backward for the d256
 // harness (bwd_sm90_wide_harness.cu): the default with kStagger off
-// (bwd_sm90_wide_kernel.cuh). bf16 and fp16.
-#include "cuda/bwd_sm90_wide_launch_template.cuh"
+// (sm90/bwd_wide_kernel.cuh). bf16 and fp16.
+#include "cuda/sm90/bwd_wide_launch.cuh"
 
 using jax_flash::cuda::bwd90::BwdSm90WideTraits;
 using jax_flash::cuda::bwd90::launch_bwd_sm90_wide;

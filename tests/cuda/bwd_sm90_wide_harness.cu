@@ -1,5 +1,5 @@
 // Harness of the Hopper (wgmma) wide-head backward at head dim 256
-// (bwd_sm90_wide_kernel.cuh).
+// (sm90/bwd_wide_kernel.cuh).
 //   bwd_sm90_wide_harness test    d256 correctness cases vs the float64
 //                                 reference (bwd_harness.cu's check_shape:
 //                                 atomic mode runs the sm90 kernel, the

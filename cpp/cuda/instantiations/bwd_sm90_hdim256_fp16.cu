@@ -1,4 +1,4 @@
 // Hopper (wgmma) backward instantiation: head dim 256, fp16 (wide-head kernel). Built only when the archs include 90a.
-#include "cuda/bwd_sm90_wide_launch_template.cuh"
+#include "cuda/sm90/bwd_wide_launch.cuh"
 
 JAX_FLASH_INSTANTIATE_BWD_SM90_WIDE(kFloat16, 256)

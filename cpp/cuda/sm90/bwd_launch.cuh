@@ -13,7 +13,7 @@
 #include "cuda/bwd_dispatch.h"
 #include "cuda/bwd_launch_template.cuh"  // launch_preprocess, rows_vec_ok, BwdLaunchFlags
 #include "cuda/sm90/bwd_kernel.cuh"
-#include "cuda/sm90_ready.h"
+#include "cuda/sm90/ready.h"
 #include "cuda/tile_order.h"
 
 namespace jax_flash::cuda::sm90 {

@@ -2,7 +2,7 @@
 // fwd::kLogit* bits) in the warp-specialised Hopper backward, on top of
 // the masks-only variants (Cfg::kLogits implies Cfg::kMasks). The per-CTA
 // values sit in shared memory; the producer adds each stage's q head's
-// ALiBi slope. The tile math is the lockstep kernel's (bwd_sm90_logits.cuh
+// ALiBi slope. The tile math is in sm90/bwd_logits_tile.cuh (it
 // has the formulas): soft-cap leaves t = tanh in the S^T registers under
 // the dP^T wgmma and makes P^T and dS^T together once dP^T is there;
 // ALiBi alone folds the bias into the exponent; dropout's keep bits are
@@ -11,7 +11,7 @@
 
 #include <cstdint>
 
-#include "cuda/bwd_sm90_logits.cuh"  // logits_pass1, softcap_pass2, dropout_bits_t, AlibiTile
+#include "cuda/sm90/bwd_logits_tile.cuh"  // logits_pass1, softcap_pass2, dropout_bits_t, AlibiTile
 #include "cuda/variants.cuh"
 #include "params.h"
 

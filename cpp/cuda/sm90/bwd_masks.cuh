@@ -9,7 +9,7 @@
 //   them beside the stage, with the query tile's ids when compared. The dQ
 //   writer works out the skipped steps the same way.
 // - The consumers zero the hidden elements of P^T in a second pass, under
-//   the dP^T wgmma (bwd_sm90_masks.cuh masks_t).
+//   the dP^T wgmma (sm90/bwd_masks_tile.cuh masks_t).
 // The band's key tiles that meet a query tile form a run, so deterministic
 // mode (without segment ids: the launcher's rule) ranks a dQ add by binary
 // search (bwd90::masks_dq_rank).
@@ -18,7 +18,7 @@
 #include <climits>
 #include <cstdint>
 
-#include "cuda/bwd_sm90_masks.cuh"  // narrow_query_tiles, tile_flags, masks_t, kTileMask, kTileSeg
+#include "cuda/sm90/bwd_masks_tile.cuh"  // narrow_query_tiles, tile_flags, masks_t, kTileMask, kTileSeg
 #include "cuda/variants.cuh"
 #include "params.h"
 

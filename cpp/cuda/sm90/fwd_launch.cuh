@@ -12,7 +12,7 @@
 #include "cuda/fwd_dispatch.h"
 #include "cuda/fwd_vector_ok.h"
 #include "cuda/sm90/fwd_kernel.cuh"
-#include "cuda/sm90_ready.h"
+#include "cuda/sm90/ready.h"
 #include "cuda/variants.cuh"
 #include "cuda/tile_order.h"
 

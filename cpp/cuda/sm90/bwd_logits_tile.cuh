@@ -21,7 +21,7 @@
 #include <cute/tensor.hpp>
 
 #include "cuda/bwd_kernel.cuh"        // lse_to_log2, kLog2e
-#include "cuda/bwd_sm90_masks.cuh"    // masks_t
+#include "cuda/sm90/bwd_masks_tile.cuh"    // masks_t
 #include "cuda/sm90/fwd_logits.cuh"  // kLogitSoftcap, kLogitAlibi, kLogitDropout, LogitsOf
 #include "cuda/variants.cuh"          // variant_dropout, dropout_words
 #include "params.h"

@@ -42,7 +42,7 @@
 #include <cutlass/arch/barrier.h>
 
 #include "cuda/bwd_kernel.cuh"      // lse_to_log2, preprocess / convert
-#include "cuda/bwd_sm90_common.cuh" // smem layouts, tile loads, dK/dV store
+#include "cuda/sm90/bwd_common.cuh" // smem layouts, tile loads, dK/dV store
 #include "cuda/kernel_traits.cuh"   // GmemTileCopies
 #include "cuda/sm90/wgmma.cuh"       // wgmma_issue
 #include "cuda/utils.cuh"           // load_tile, acc_rowcol_layout, convert_regs

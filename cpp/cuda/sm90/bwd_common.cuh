@@ -1,5 +1,5 @@
 // Pieces of the Hopper backwards: the wide-head kernel's smem layouts and
-// K/V, Q/dO/LSE/D tile loads (bwd_sm90_wide_kernel.cuh), and the dK/dV
+// K/V, Q/dO/LSE/D tile loads (sm90/bwd_wide_kernel.cuh), and the dK/dV
 // epilogue it shares with the warp-specialised kernel (sm90/bwd_kernel.cuh).
 // Both compute the key-major products (S^T = K Q^T), so a tile of keys x
 // queries has keys as rows.

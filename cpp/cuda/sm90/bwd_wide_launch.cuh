@@ -1,4 +1,4 @@
-// Host side of the Hopper (wgmma) wide-head backward (bwd_sm90_wide_kernel.cuh):
+// Host side of the Hopper (wgmma) wide-head backward (sm90/bwd_wide_kernel.cuh):
 // availability check, smem opt-in, launch sequence (the SM80 path's
 // preprocess and dQ convert kernels around the sm90 dK/dV kernel; in
 // deterministic mode the kernel without dQ, then the SM80 atomic-free dQ
@@ -13,8 +13,8 @@
 
 #include "cuda/bwd_dispatch.h"         // run_bwd_dq_hdim
 #include "cuda/bwd_launch_template.cuh"  // launch_preprocess, launch_dq_convert, ElementOf
-#include "cuda/bwd_sm90_wide_kernel.cuh"
-#include "cuda/sm90_ready.h"
+#include "cuda/sm90/bwd_wide_kernel.cuh"
+#include "cuda/sm90/ready.h"
 
 namespace jax_flash::cuda {
 
