@@ -94,44 +94,8 @@ static int run_case(const Case& c, std::mt19937& rng) {
   p.causal = c.causal;
   p.dtype = DType::kBFloat16;
   p.tile_counter = c.counter ? counter : nullptr;
-  std::vector<int32_t*> extra;
-  std::vector<void*> extra_words;
-  if (c.window >= 0) p.window_left = c.window;
-  if (c.lengths) {
-    std::vector<int32_t> ql(c.b), kl(c.b);
-    for (int bb = 0; bb < c.b; ++bb) ql[bb] = std::max(0, c.sq - 7 * bb), kl[bb] = std::max(0, c.sk - 5 * bb);
-    extra.push_back(upload_ints(ql));
-    p.q_seqlens = extra.back();
-    extra.push_back(upload_ints(kl));
-    p.kv_seqlens = extra.back();
-  }
-  if (c.doc > 0) {
-    std::vector<int32_t> ids, ranges;
-    segments(c.b, c.sq, c.doc, ids, ranges);
-    extra.push_back(upload_ints(ids));
-    p.q_segment_ids = extra.back();
-    extra.push_back(upload_ints(ranges));
-    p.q_segment_ranges = extra.back();
-    segments(c.b, c.sk, c.doc, ids, ranges);
-    extra.push_back(upload_ints(ids));
-    p.kv_segment_ids = extra.back();
-    extra.push_back(upload_ints(ranges));
-    p.kv_segment_ranges = extra.back();
-  }
-  p.softcap = c.softcap;
-  if (c.alibi) {
-    std::vector<float> slopes(c.hq);
-    for (int h = 0; h < c.hq; ++h) slopes[h] = 0.5f / float(h + 1);
-    extra_words.push_back(upload_vec(slopes));
-    p.alibi_slopes = static_cast<const float*>(extra_words.back());
-  }
-  if (c.dropout > 0.f) {
-    extra_words.push_back(upload_vec(std::vector<uint32_t>{0x1234u, 0xBEEFu}));
-    p.dropout_seed = static_cast<const uint32_t*>(extra_words.back());
-    p.dropout_rate = c.dropout;
-  }
-  for (const int32_t* x : extra) CHECK(x != nullptr ? cudaSuccess : cudaErrorMemoryAllocation);
-  for (const void* x : extra_words) CHECK(x != nullptr ? cudaSuccess : cudaErrorMemoryAllocation);
+  std::vector<void*> owned;
+  CHECK(set_options(c, p, owned) ? cudaSuccess : cudaErrorMemoryAllocation);
   CHECK(run(c, p));
   CHECK(cudaDeviceSynchronize());
   CHECK(cudaMemcpy(ho.data(), o, nq * 2, cudaMemcpyDeviceToHost));
@@ -147,8 +111,7 @@ static int run_case(const Case& c, std::mt19937& rng) {
               c.b, c.sq, c.sk, c.hq, c.hkv, c.d, int(c.causal), int(c.counter), c.window, int(c.lengths), c.doc,
               c.softcap, int(c.alibi), c.dropout, bad);
   cudaFree(q), cudaFree(k), cudaFree(v), cudaFree(o), cudaFree(lse), cudaFree(counter);
-  for (int32_t* x : extra) cudaFree(x);
-  for (void* x : extra_words) cudaFree(x);
+  for (void* x : owned) cudaFree(x);
   return bad != 0;
 }
 
