@@ -13,6 +13,7 @@
 #include <cute/container/array_aligned.hpp>
 #include <cutlass/numeric_types.h>
 
+#include "cuda/sm90/fwd_logits.cuh"
 #include "cuda/sm90/fwd_masks.cuh"
 
 namespace jax_flash::cuda::sm90 {
@@ -40,6 +41,9 @@ struct FwdConfig {
   static constexpr bool kMasks = kMasks_;
   static constexpr int kLogits = kLogits_;
   static_assert(kMasks || kLogits == 0);
+  // The logit transform bits (soft-cap, ALiBi) and whether P is dropped.
+  static constexpr int kTransform = kLogits & (fwd::kLogitSoftcap | fwd::kLogitAlibi);
+  static constexpr bool kDropout = (kLogits & fwd::kLogitDropout) != 0;
   static constexpr int kBlockM = 64 * kWarpgroups;
   static constexpr int kBlockN = FwdTile<kHeadDim>::kN;
   static constexpr int kStages = FwdTile<kHeadDim>::kStages;

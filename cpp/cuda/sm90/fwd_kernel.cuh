@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_ws_kernel(const __grid_c
     fwd::OnlineSoftmax<2, Cfg::kLazyRescale> softmax;
     float lse[2];
     if constexpr (Cfg::kMasks) {
-      constexpr int kTransform = Cfg::kLogits & (fwd::kLogitSoftcap | fwd::kLogitAlibi);
+      constexpr int kTransform = Cfg::kTransform;
       const Variant var(p, c.batch, c.head);
       const fwd::LogitValues ls = fwd::logit_values<Cfg::kLogits>(p, var, c.tile * Cfg::kBlockM);
       const float scale_log2 = fwd::logits_softmax_scale<kTransform>(ls, kp.scale_log2);
@@ -104,7 +104,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_ws_kernel(const __grid_c
         barrier_arrive(ss.q_empty);  // no row sees a key: O = 0, LSE = -inf
       }
       softmax.finalize(acc_o, lse, scale_log2);
-      if constexpr ((Cfg::kLogits & fwd::kLogitDropout) != 0) {
+      if constexpr (Cfg::kDropout) {
 #pragma unroll
         for (int i = 0; i < size(acc_o); ++i) acc_o(i) *= ls.keep_scale;
       }

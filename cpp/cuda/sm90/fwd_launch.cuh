@@ -45,8 +45,7 @@ cudaError_t launch_fwd_ws(const FwdParams& p, cudaStream_t stream) {
   // scale <= 0 on raw scores, whose running max would have to be a minimum
   // (the SM80 kernels scale the scores first). The logit transforms put the
   // scale into the logits and take any.
-  constexpr int kTransform = Cfg::kLogits & (fwd::kLogitSoftcap | fwd::kLogitAlibi);
-  if (p.seqlen_k == 0 || !tma_ok(p) || (kTransform == 0 && !(p.scale > 0.f))) return cudaErrorNotSupported;
+  if (p.seqlen_k == 0 || !tma_ok(p) || (Cfg::kTransform == 0 && !(p.scale > 0.f))) return cudaErrorNotSupported;
   const int64_t num_m = (int64_t(p.seqlen_q) + Cfg::kBlockM - 1) / Cfg::kBlockM;
   const int64_t total = num_m * p.heads_q * p.batch;
   const int sms = sm_count();

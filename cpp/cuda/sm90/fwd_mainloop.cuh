@@ -146,8 +146,8 @@ struct FwdMainloop {
   __device__ __forceinline__ void run_variants(const FwdParams& p, typename Cfg::SharedStorage& ss, const TileCoord& c,
                                                const Variant& var, float scale_log2, const fwd::LogitValues& ls,
                                                bool fixed_max, TO& acc_o, TS& softmax) {
-    constexpr int kTransform = Cfg::kLogits & (fwd::kLogitSoftcap | fwd::kLogitAlibi);
-    constexpr bool kDropout = (Cfg::kLogits & fwd::kLogitDropout) != 0;
+    constexpr int kTransform = Cfg::kTransform;
+    constexpr bool kDropout = Cfg::kDropout;
     constexpr bool kAlibiShift = (kTransform & fwd::kLogitAlibi) != 0;
     Tensor sQ = make_tensor(make_smem_ptr(ss.q.data()), typename Cfg::SmemLayoutQ{});
     Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), typename Cfg::SmemLayoutKV{});
