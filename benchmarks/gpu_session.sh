@@ -139,7 +139,7 @@ for stage in $stages; do
       tar czf /tmp/jf_session.tgz -C "$OUT" --exclude=summary.txt . && mv /tmp/jf_session.tgz "$OUT/session.tgz" &&
         find "$OUT" -mindepth 1 ! -name session.tgz ! -name summary.txt -delete
       ;;
-    order)  # causal launch order A/B (cpp/cuda/tile_order.h), heads vs auto interleaved; the test
+    order)  # causal launch order A/B (cpp/cuda/common/tile_order.h), heads vs auto interleaved; the test
             # stage's suite holds tests/test_cuda_launch_order.py (same results under every order)
       for i in $(seq ${ORDER_ROUNDS:-2}); do
         for o in heads auto; do

@@ -41,7 +41,7 @@ def launch_order(work, pairs: int, group: int):
     """Per-CTA durations in launch order. work[m]: query tile m's duration (the same
     for every (batch, head) pair). group 0: head-major (each pair's tiles, longest
     first); else sections of `group` pairs, each section's tiles longest first with
-    its pairs side by side (cpp/cuda/tile_order.h)."""
+    its pairs side by side (cpp/cuda/common/tile_order.h)."""
     tiles = range(len(work) - 1, -1, -1)
     if group <= 0:
         return [work[m] for _ in range(pairs) for m in tiles]

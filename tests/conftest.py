@@ -6,7 +6,7 @@ os.environ.setdefault("XLA_FLAGS", "")
 if "xla_force_host_platform_device_count" not in os.environ["XLA_FLAGS"]:
     os.environ["XLA_FLAGS"] += " --xla_force_host_platform_device_count=8"
 
-# CUDA kernels' outputs start as NaN bytes (cpp/cuda/poison.h): an element a
+# CUDA kernels' outputs start as NaN bytes (cpp/cuda/common/poison.h): an element a
 # kernel fails to write fails the test instead of passing on stale memory.
 os.environ.setdefault("JAX_FLASH_POISON_OUTPUTS", "1")
 

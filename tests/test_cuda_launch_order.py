@@ -1,5 +1,5 @@
 """The Hopper kernels' CTA launch order (JAX_FLASH_FWD_ORDER / JAX_FLASH_BWD_ORDER,
-cpp/cuda/tile_order.h) changes when a tile runs, never its result.
+cpp/cuda/common/tile_order.h) changes when a tile runs, never its result.
 
 Runs only where a CUDA GPU is visible (`pytest -m gpu` on the device); the mapping
 itself is checked on the host by tests/test_tile_order.py.
@@ -55,7 +55,7 @@ np.savez(sys.argv[1], **out)
 
 
 def test_cuda_launch_order_changes_no_result(tmp_path):
-    """JAX_FLASH_FWD_ORDER / JAX_FLASH_BWD_ORDER (cpp/cuda/tile_order.h) change
+    """JAX_FLASH_FWD_ORDER / JAX_FLASH_BWD_ORDER (cpp/cuda/common/tile_order.h) change
     which CTA computes which causal tile, never what a tile computes: under
     head-major, L2-sized sections and sections of 3 pairs (a partial last
     section), o, lse, dk and dv are bitwise equal on the plain, masks and

@@ -1,4 +1,4 @@
-"""The Hopper kernels' CTA -> (tile, head, batch) mapping (cpp/cuda/tile_order.h),
+"""The Hopper kernels' CTA -> (tile, head, batch) mapping (cpp/cuda/common/tile_order.h),
 checked on the host: every order covers each tile exactly once, head-major is the
 original mapping, the sectioned order runs longest first within each section, and
 JAX_FLASH_FWD_ORDER / JAX_FLASH_BWD_ORDER select the section sizes they document."""

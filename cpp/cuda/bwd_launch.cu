@@ -4,11 +4,11 @@
 #include <cstdint>
 
 #include "cuda/bwd_dispatch.h"
-#include "cuda/dtypes.h"
-#include "cuda/head_dims.h"
+#include "cuda/common/dtypes.h"
+#include "cuda/common/head_dims.h"
+#include "cuda/common/poison.h"
+#include "cuda/common/variants.cuh"  // variant_masks_only
 #include "cuda/launch.h"
-#include "cuda/poison.h"
-#include "cuda/variants.cuh"  // variant_masks_only
 
 namespace jax_flash::cuda {
 

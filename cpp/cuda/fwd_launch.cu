@@ -4,18 +4,18 @@
 #include <cstdint>
 #include <vector>
 
-#include "cuda/dtypes.h"
+#include "cuda/common/dtypes.h"
+#include "cuda/common/fwd_vector_ok.h"
+#include "cuda/common/head_dims.h"
+#include "cuda/common/poison.h"
 #include "cuda/fwd_dispatch.h"
-#include "cuda/fwd_vector_ok.h"
-#include "cuda/head_dims.h"
 #include "cuda/launch.h"
-#include "cuda/poison.h"
 
 namespace jax_flash::cuda {
 
 namespace {
 
-// 16 B vector loads/stores are legal (cuda/fwd_vector_ok.h).
+// 16 B vector loads/stores are legal (cuda/common/fwd_vector_ok.h).
 bool vector_ok(const FwdParams& p) { return fwd_vector_ok(p); }
 
 template <DType kDType>

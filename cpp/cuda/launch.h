@@ -14,7 +14,7 @@ namespace jax_flash::cuda {
 // Head dims with a compiled kernel; other head dims <= 256 run on the next
 // larger one (zero-padded inside the kernel, invisible to the caller).
 // `variants`: the kernels for anything beyond plain causal/full attention,
-// built for fewer head dims (cuda/head_dims.h).
+// built for fewer head dims (cuda/common/head_dims.h).
 bool supports(DType dtype, int head_dim, bool variants);
 
 // Whether this build has kernels for the 16-bit dtype (JAX_FLASH_CUDA_DTYPES).

@@ -1,17 +1,17 @@
-// Host check of cpp/cuda/tile_order.h (plain C++, no GPU; tests/test_tile_order.py
-// builds and runs it): tile_coord maps the grid onto every (tile, head, batch)
-// exactly once for every order and direction; head-major is the kernels'
-// original mapping; the sectioned order runs each section's tiles longest
-// first over exactly its pairs. With arguments "fwd|bwd", seven sizes and
-// a documents flag (segment ids: 0 / 1), prints fwd_order_group /
-// bwd_order_group of that shape so the test can check what
+// Host check of cpp/cuda/common/tile_order.h (plain C++, no GPU;
+// tests/test_tile_order.py builds and runs it): tile_coord maps the grid onto
+// every (tile, head, batch) exactly once for every order and direction;
+// head-major is the kernels' original mapping; the sectioned order runs each
+// section's tiles longest first over exactly its pairs. With arguments
+// "fwd|bwd", seven sizes and a documents flag (segment ids: 0 / 1), prints
+// fwd_order_group / bwd_order_group of that shape so the test can check what
 // JAX_FLASH_FWD_ORDER / JAX_FLASH_BWD_ORDER select.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
 
-#include "cuda/tile_order.h"
+#include "cuda/common/tile_order.h"
 
 using jax_flash::cuda::bwd_order_group;
 using jax_flash::cuda::fwd_order_group;

@@ -5,10 +5,10 @@
 
 #include <cmath>
 
+#include "cuda/common/dtypes.h"
 #include "cuda/decode/decode_dispatch.h"
 #include "cuda/decode/decode_launch.h"
 #include "cuda/decode/decode_ptx.cuh"
-#include "cuda/dtypes.h"
 
 #if defined(JAX_FLASH_DECODE_HDIMS_SELECTED)
 #ifdef JAX_FLASH_DECODE_HDIM_64

@@ -1,4 +1,4 @@
 // Backward kernel instantiation: head dim 160, bf16. One per file so builds parallelise.
-#include "cuda/bwd_launch_template.cuh"
+#include "cuda/sm80/bwd_launch_template.cuh"
 
 JAX_FLASH_INSTANTIATE_BWD(kBFloat16, 160)

@@ -1,5 +1,5 @@
 // Backward variants kernels (window, lengths, segments, soft-cap, ALiBi, dropout):
 // head dim 32, fp16. Own build unit so it compiles in parallel with the plain one.
-#include "cuda/bwd_launch_template.cuh"
+#include "cuda/sm80/bwd_launch_template.cuh"
 
 JAX_FLASH_INSTANTIATE_BWD_VARIANTS(kFloat16, 32)

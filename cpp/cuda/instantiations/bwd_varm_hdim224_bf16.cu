@@ -1,5 +1,5 @@
 // Backward masks-only variants kernels (window, lengths, offsets, segments):
 // head dim 224, bf16. Own build unit so it compiles in parallel with the others.
-#include "cuda/bwd_launch_template.cuh"
+#include "cuda/sm80/bwd_launch_template.cuh"
 
 JAX_FLASH_INSTANTIATE_BWD_VARIANTS_MASKS(kBFloat16, 224)

@@ -1,4 +1,4 @@
 // Forward kernel instantiation: head dim 160, bf16. One per file so builds parallelise.
-#include "cuda/fwd_launch_template.cuh"
+#include "cuda/sm80/fwd_launch_template.cuh"
 
 JAX_FLASH_INSTANTIATE_FWD(kBFloat16, 160)

@@ -1,5 +1,5 @@
 // Forward variants kernel (window, lengths, segments, soft-cap, ALiBi, dropout):
 // head dim 224, bf16. Own build unit so it compiles in parallel with the plain one.
-#include "cuda/fwd_var_launch_template.cuh"
+#include "cuda/sm80/fwd_var_launch_template.cuh"
 
 JAX_FLASH_INSTANTIATE_FWD_VARIANTS(kBFloat16, 224)

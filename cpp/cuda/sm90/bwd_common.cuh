@@ -10,8 +10,9 @@
 #include <cute/tensor.hpp>
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
 
-#include "cuda/bwd_kernel.cuh"  // cp_async4, store_acc
-#include "cuda/utils.cuh"       // load_tile
+#include "cuda/common/cp_async_zfill.cuh"  // cp_async4
+#include "cuda/common/store_acc.cuh"       // store_acc
+#include "cuda/common/utils.cuh"           // load_tile
 #include "params.h"
 
 namespace jax_flash::cuda::bwd90 {
@@ -65,7 +66,7 @@ __device__ __forceinline__ void load_q_stats(int t, const BwdParams& p, const fl
     const bool valid = m0 + r < Sq;
     const float* src = t < M ? p.lse : dsum;
     float* dst = t < M ? &lse_st[r] : &dsum_st[r];
-    bwd::cp_async4(dst, src + (valid ? row_base + r : 0), valid);
+    cuda::cp_async4(dst, src + (valid ? row_base + r : 0), valid);
   }
 }
 

@@ -11,7 +11,7 @@
 
 #include <cute/tensor.hpp>
 
-#include "cuda/bwd_common.cuh"  // store_acc
+#include "cuda/common/store_acc.cuh"  // store_acc
 #include "cuda/bwd_dispatch.h"  // kBwdOrderRows
 #include "cuda/sm90/bulk_ops.cuh"
 #include "cuda/sm90/bwd_masks.cuh"

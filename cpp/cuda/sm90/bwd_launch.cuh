@@ -11,10 +11,10 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda/bwd_dispatch.h"
-#include "cuda/bwd_launch_template.cuh"  // launch_preprocess, rows_vec_ok, BwdLaunchFlags
+#include "cuda/common/bwd_rows.cuh"  // launch_preprocess, rows_vec_ok, ElementOf
 #include "cuda/sm90/bwd_kernel.cuh"
 #include "cuda/sm90/ready.h"
-#include "cuda/tile_order.h"
+#include "cuda/common/tile_order.h"
 
 namespace jax_flash::cuda::sm90 {
 

@@ -11,8 +11,8 @@
 
 #include <cstdint>
 
+#include "cuda/common/variants.cuh"
 #include "cuda/sm90/bwd_logits_tile.cuh"  // logits_pass1, softcap_pass2, dropout_bits_t, AlibiTile
-#include "cuda/variants.cuh"
 #include "params.h"
 
 namespace jax_flash::cuda::sm90 {

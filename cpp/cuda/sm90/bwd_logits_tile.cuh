@@ -20,10 +20,10 @@
 
 #include <cute/tensor.hpp>
 
-#include "cuda/bwd_kernel.cuh"        // lse_to_log2, kLog2e
-#include "cuda/sm90/bwd_masks_tile.cuh"    // masks_t
-#include "cuda/sm90/fwd_logits.cuh"  // kLogitSoftcap, kLogitAlibi, kLogitDropout, LogitsOf
-#include "cuda/variants.cuh"          // variant_dropout, dropout_words
+#include "cuda/common/bwd_rows.cuh"       // lse_to_log2, kLog2e
+#include "cuda/common/variants.cuh"       // variant_dropout, dropout_words
+#include "cuda/sm90/bwd_masks_tile.cuh"  // masks_t
+#include "cuda/sm90/fwd_logits.cuh"      // kLogitSoftcap, kLogitAlibi, kLogitDropout, LogitsOf
 #include "params.h"
 
 namespace jax_flash::cuda::bwd90 {

@@ -16,14 +16,14 @@
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 
-#include "cuda/bwd_common.cuh"  // kLog2e
+#include "cuda/common/bwd_rows.cuh"  // kLog2e
+#include "cuda/common/utils.cuh"     // acc_rowcol_layout, convert_regs
 #include "cuda/sm90/bwd_dq.cuh"
 #include "cuda/sm90/bwd_logits.cuh"
 #include "cuda/sm90/bwd_masks.cuh"
 #include "cuda/sm90/bwd_params.cuh"
 #include "cuda/sm90/pipeline.cuh"
 #include "cuda/sm90/wgmma.cuh"
-#include "cuda/utils.cuh"  // acc_rowcol_layout, convert_regs
 
 namespace jax_flash::cuda::sm90 {
 

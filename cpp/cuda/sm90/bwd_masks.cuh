@@ -18,8 +18,8 @@
 #include <climits>
 #include <cstdint>
 
+#include "cuda/common/variants.cuh"
 #include "cuda/sm90/bwd_masks_tile.cuh"  // narrow_query_tiles, tile_flags, masks_t, kTileMask, kTileSeg
-#include "cuda/variants.cuh"
 #include "params.h"
 
 namespace jax_flash::cuda::sm90 {

@@ -10,8 +10,8 @@
 
 #include <cute/tensor.hpp>
 
-#include "cuda/bwd_kernel.cuh"  // lse_to_log2
-#include "cuda/variants.cuh"
+#include "cuda/common/bwd_rows.cuh"  // lse_to_log2
+#include "cuda/common/variants.cuh"
 #include "params.h"
 
 namespace jax_flash::cuda::bwd90 {

@@ -11,7 +11,7 @@
 #include <cute/tensor.hpp>
 #include <cute/arch/copy_sm90_tma.hpp>
 
-#include "cuda/bwd_kernel.cuh"  // lse_to_log2
+#include "cuda/common/bwd_rows.cuh"  // lse_to_log2
 #include "cuda/sm90/bwd_masks.cuh"
 #include "cuda/sm90/bwd_params.cuh"
 #include "cuda/sm90/bwd_scheduler.cuh"

@@ -3,7 +3,7 @@
 // for the producer, the dQ writer and the consumers.
 #pragma once
 
-#include "cuda/tile_order.h"
+#include "cuda/common/tile_order.h"
 #include "params.h"
 
 namespace jax_flash::cuda::sm90 {

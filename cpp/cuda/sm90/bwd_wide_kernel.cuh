@@ -41,11 +41,11 @@
 #include <cute/container/array_aligned.hpp>
 #include <cutlass/arch/barrier.h>
 
-#include "cuda/bwd_kernel.cuh"      // lse_to_log2, preprocess / convert
+#include "cuda/common/bwd_rows.cuh"      // lse_to_log2, preprocess / convert
 #include "cuda/sm90/bwd_common.cuh" // smem layouts, tile loads, dK/dV store
-#include "cuda/kernel_traits.cuh"   // GmemTileCopies
+#include "cuda/common/gmem_copies.cuh"  // GmemTileCopies
 #include "cuda/sm90/wgmma.cuh"       // wgmma_issue
-#include "cuda/utils.cuh"           // load_tile, acc_rowcol_layout, convert_regs
+#include "cuda/common/utils.cuh"    // load_tile, acc_rowcol_layout, convert_regs
 #include "params.h"
 
 namespace jax_flash::cuda::bwd90 {

@@ -12,7 +12,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda/bwd_dispatch.h"         // run_bwd_dq_hdim
-#include "cuda/bwd_launch_template.cuh"  // launch_preprocess, launch_dq_convert, ElementOf
+#include "cuda/common/bwd_rows.cuh"     // launch_preprocess, launch_dq_convert, ElementOf
 #include "cuda/sm90/bwd_wide_kernel.cuh"
 #include "cuda/sm90/ready.h"
 

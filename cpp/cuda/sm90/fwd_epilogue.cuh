@@ -9,8 +9,8 @@
 #include <cute/atom/copy_traits_sm90.hpp>
 #include <cutlass/arch/barrier.h>
 
+#include "cuda/common/utils.cuh"
 #include "cuda/sm90/fwd_params.cuh"
-#include "cuda/utils.cuh"
 #include "params.h"
 
 namespace jax_flash::cuda::sm90 {

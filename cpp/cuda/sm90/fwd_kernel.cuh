@@ -16,13 +16,13 @@
 #include <cute/tensor.hpp>
 #include <cutlass/arch/reg_reconfig.h>
 
-#include "cuda/softmax.cuh"
+#include "cuda/common/softmax.cuh"
+#include "cuda/common/variants.cuh"
 #include "cuda/sm90/fwd_epilogue.cuh"
 #include "cuda/sm90/fwd_mainloop.cuh"
 #include "cuda/sm90/fwd_params.cuh"
 #include "cuda/sm90/fwd_producer.cuh"
 #include "cuda/sm90/pipeline.cuh"
-#include "cuda/variants.cuh"
 
 namespace jax_flash::cuda::sm90 {
 

@@ -9,12 +9,12 @@
 
 #include <cuda_runtime_api.h>
 
+#include "cuda/common/fwd_vector_ok.h"
+#include "cuda/common/tile_order.h"
+#include "cuda/common/variants.cuh"
 #include "cuda/fwd_dispatch.h"
-#include "cuda/fwd_vector_ok.h"
 #include "cuda/sm90/fwd_kernel.cuh"
 #include "cuda/sm90/ready.h"
-#include "cuda/variants.cuh"
-#include "cuda/tile_order.h"
 
 namespace jax_flash::cuda {
 

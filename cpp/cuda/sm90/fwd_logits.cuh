@@ -10,8 +10,8 @@
 
 #include <cute/tensor.hpp>
 
-#include "cuda/utils.cuh"
-#include "cuda/variants.cuh"
+#include "cuda/common/utils.cuh"
+#include "cuda/common/variants.cuh"
 #include "params.h"
 
 namespace jax_flash::cuda::fwd {

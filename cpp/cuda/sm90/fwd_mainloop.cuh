@@ -16,10 +16,10 @@
 
 #include <cute/tensor.hpp>
 
-#include "cuda/mask.cuh"
-#include "cuda/softmax.cuh"
-#include "cuda/tile_order.h"
-#include "cuda/variants.cuh"
+#include "cuda/common/mask.cuh"
+#include "cuda/common/softmax.cuh"
+#include "cuda/common/tile_order.h"
+#include "cuda/common/variants.cuh"
 #include "cuda/sm90/fwd_config.cuh"
 #include "cuda/sm90/fwd_logits.cuh"
 #include "cuda/sm90/fwd_masks.cuh"

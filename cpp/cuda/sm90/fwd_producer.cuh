@@ -9,10 +9,10 @@
 
 #include <cute/tensor.hpp>
 
+#include "cuda/common/variants.cuh"
 #include "cuda/sm90/fwd_masks.cuh"
 #include "cuda/sm90/fwd_params.cuh"
 #include "cuda/sm90/pipeline.cuh"
-#include "cuda/variants.cuh"
 
 namespace jax_flash::cuda::sm90 {
 

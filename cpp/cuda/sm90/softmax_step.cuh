@@ -5,8 +5,8 @@
 
 #include <cute/tensor.hpp>
 
-#include "cuda/softmax.cuh"
-#include "cuda/utils.cuh"
+#include "cuda/common/softmax.cuh"
+#include "cuda/common/utils.cuh"
 
 namespace jax_flash::cuda::fwd {
 

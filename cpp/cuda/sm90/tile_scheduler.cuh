@@ -1,6 +1,6 @@
 // Persistent tile scheduler of the Hopper forward: a grid of at most one
 // CTA per SM walks the (query tile, head, batch) work items in the linear
-// order of cuda/tile_order.h: head-major for full attention (a wave's CTAs
+// order of cuda/common/tile_order.h: head-major for full attention (a wave's CTAs
 // share one head's K and V in L2), sectioned longest-first for causal.
 // CTA i starts on item i; then each takes the next unclaimed item from a
 // global counter (greedy longest-first: a host model of the FA2 grid put
@@ -10,7 +10,7 @@
 
 #include <cstdint>
 
-#include "cuda/tile_order.h"
+#include "cuda/common/tile_order.h"
 
 namespace jax_flash::cuda::sm90 {
 

@@ -9,11 +9,11 @@
 #include <cmath>
 #include <cstdint>
 
+#include "cuda/common/variants.cuh"
 #include "cuda/tf32/bwd_dq_kernel.cuh"  // BwdArgs
 #include "cuda/tf32/bwd_elem.cuh"
 #include "cuda/tf32/mma.cuh"
 #include "cuda/tf32/tile.cuh"
-#include "cuda/variants.cuh"
 #include "dropout.h"
 #include "params.h"
 

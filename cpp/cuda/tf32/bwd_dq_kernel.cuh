@@ -8,10 +8,10 @@
 #include <cmath>
 #include <cstdint>
 
+#include "cuda/common/variants.cuh"
 #include "cuda/tf32/bwd_elem.cuh"
 #include "cuda/tf32/mma.cuh"
 #include "cuda/tf32/tile.cuh"
-#include "cuda/variants.cuh"
 #include "params.h"
 
 namespace jax_flash::cuda::tf32 {

@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-#include "cuda/variants.cuh"
+#include "cuda/common/variants.cuh"
 
 namespace jax_flash::cuda::tf32 {
 

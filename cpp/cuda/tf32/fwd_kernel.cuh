@@ -3,16 +3,16 @@
 // head and batch; key tiles stream through shared memory from the last one
 // down (the masked tiles first), V(j) loading while S = Q K(j)^T runs and
 // K(j - 1) while the softmax and O += P V(j) run. Every option goes through
-// the Variant policy (cuda/variants.cuh); kGeneral adds the soft-cap / ALiBi
+// the Variant policy (cuda/common/variants.cuh); kGeneral adds the soft-cap / ALiBi
 // logits and dropout, which the masks-only kernel compiles out.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
+#include "cuda/common/variants.cuh"
 #include "cuda/tf32/mma.cuh"
 #include "cuda/tf32/tile.cuh"
-#include "cuda/variants.cuh"
 #include "params.h"
 
 namespace jax_flash::cuda::tf32 {

@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "cuda/head_dims.h"
-#include "cuda/poison.h"
+#include "cuda/common/head_dims.h"
+#include "cuda/common/poison.h"
 #include "cuda/tf32_dispatch.h"
 
 namespace jax_flash::cuda {

@@ -7,12 +7,12 @@
 
 #include <cuda_runtime_api.h>
 
+#include "cuda/common/variants.cuh"
 #include "cuda/tf32/bwd_dkdv_kernel.cuh"
 #include "cuda/tf32/bwd_dq_kernel.cuh"
 #include "cuda/tf32/bwd_dsum.cuh"
 #include "cuda/tf32/fwd_kernel.cuh"
 #include "cuda/tf32_dispatch.h"
-#include "cuda/variants.cuh"
 
 namespace jax_flash::cuda {
 

@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "cuda/cp_async_zfill.cuh"
+#include "cuda/common/cp_async_zfill.cuh"
 #include "cuda/tf32/mma.cuh"
 
 namespace jax_flash::cuda::tf32 {

@@ -1,5 +1,5 @@
 // Alternative forward tile shape for the harness timings: head dim 128, 128x64, 8 warps.
-#include "cuda/fwd_launch_template.cuh"
+#include "cuda/sm80/fwd_launch_template.cuh"
 
 cudaError_t alt_d128_128x64x8w(const jax_flash::FwdParams& p, cudaStream_t s) {
   using T = jax_flash::cuda::fwd::FwdTraits<128, 128, 64, 8, cutlass::bfloat16_t>;

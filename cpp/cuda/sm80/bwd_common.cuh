@@ -13,14 +13,13 @@
 #include <cute/tensor.hpp>
 #include <cutlass/numeric_types.h>
 
-#include "cuda/cp_async_zfill.cuh"
+#include "cuda/common/cp_async_zfill.cuh"
+#include "cuda/common/store_acc.cuh"  // pack2, store_acc (the Hopper backward's too)
 #include "params.h"
 
 namespace jax_flash::cuda::bwd {
 
 using namespace cute;
-
-constexpr float kLog2e = 1.4426950408889634f;
 
 template <class Element>
 using MmaAtomFor = std::conditional_t<std::is_same_v<Element, cutlass::half_t>,
@@ -85,7 +84,7 @@ struct DqConfig {
 };
 
 // ---------------------------------------------------------------------------
-// cp.async with zero fill (cp_async_zfill.cuh).
+// cp.async with zero fill (common/cp_async_zfill.cuh).
 
 using cuda::cp_async16;
 using cuda::cp_async4;
@@ -149,12 +148,6 @@ __device__ __forceinline__ auto convert_frag(Tensor<Engine, Layout> const& t) {
   return out;
 }
 
-template <class Element>
-__device__ __forceinline__ uint32_t pack2(float a, float b) {
-  Element lo(a), hi(b);
-  return uint32_t(lo.raw()) | (uint32_t(hi.raw()) << 16);
-}
-
 // ---------------------------------------------------------------------------
 // GEMMs. Operands are read slice by slice along K with ldmatrix, the next
 // slice loading while the current one multiplies.
@@ -199,29 +192,6 @@ template <class Element, int R, int C>
 __device__ __forceinline__ auto shape_only() {
   return make_tensor(make_smem_ptr(static_cast<Element*>(nullptr)),
                      make_layout(Shape<Int<R>, Int<C>>{}, GenRowMajor{}));
-}
-
-// Store an fp32 accumulator tile (times `mul`) to a row-major global tile,
-// predicated on rows_valid / cols_valid. `coords` is the partitioned
-// identity tensor of the accumulator. pair_ok: 4-byte stores are legal.
-template <class Element, class Acc, class Coords>
-__device__ __forceinline__ void store_acc(Acc const& acc, Coords const& coords, Element* g,
-                                          int64_t row_stride, int rows_valid, int cols_valid,
-                                          float mul, bool pair_ok) {
-  CUTE_UNROLL
-  for (int i = 0; i < size(acc); i += 2) {
-    const int r = get<0>(coords(i));
-    const int c = get<1>(coords(i));
-    if (r < rows_valid) {
-      Element* dst = g + r * row_stride + c;
-      if (pair_ok && c + 1 < cols_valid) {
-        *reinterpret_cast<uint32_t*>(dst) = pack2<Element>(acc(i) * mul, acc(i + 1) * mul);
-      } else {
-        if (c < cols_valid) dst[0] = Element(acc(i) * mul);
-        if (c + 1 < cols_valid) dst[1] = Element(acc(i + 1) * mul);
-      }
-    }
-  }
 }
 
 }  // namespace jax_flash::cuda::bwd

@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "cuda/utils.cuh"
+#include "cuda/common/utils.cuh"
 
 namespace jax_flash::cuda::fwd {
 

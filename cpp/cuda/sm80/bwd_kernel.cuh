@@ -1,17 +1,17 @@
 // Backward kernels (FlashAttention-2 algorithm 2 on SM80 mma.sync):
-//   bwd_preprocess_kernel  D = rowsum(dO * O), clears the fp32 dQ accumulator
 //   bwd_dkdv_kernel        per key tile: loops over the q heads of its kv
 //                          group and the query tiles; dK, dV in registers;
 //                          optionally dQ += dS K through fp32 atomics
 //   bwd_dq_kernel          deterministic dQ: per query tile, loops over keys
-//   bwd_dq_convert_kernel  fp32 accumulator * scale -> dq dtype
-//   (both of those also as *_vec_kernel: 16-byte accesses where aligned)
+// The row passes around them (D = rowsum(dO * O) before, the dQ convert
+// after) serve the Hopper backward too: common/bwd_rows.cuh.
 #pragma once
 
 #include <cmath>
 
-#include "bwd_common.cuh"
-#include "cuda/variants.cuh"
+#include "cuda/common/bwd_rows.cuh"  // lse_to_log2, kLog2e
+#include "cuda/common/variants.cuh"
+#include "cuda/sm80/bwd_common.cuh"
 
 namespace jax_flash::cuda::bwd {
 
@@ -19,139 +19,6 @@ namespace jax_flash::cuda::bwd {
 struct NoVariantBwd {
   __device__ __forceinline__ NoVariantBwd(const FwdParams&, int, int) {}
 };
-
-// Row r of the flattened (batch, head, query) rows as (batch, head, query).
-struct RowIndex {
-  int b, h, i;
-};
-__device__ __forceinline__ RowIndex split_row(const BwdParams& p, int64_t r) {
-  const int64_t bh = r / p.seqlen_q;
-  return {int(bh / p.heads_q), int(bh % p.heads_q), int(r % p.seqlen_q)};
-}
-
-// ---------------------------------------------------------------------------
-// One warp per (batch, head, query row).
-template <class Element>
-__global__ void __launch_bounds__(256)
-bwd_preprocess_kernel(const BwdParams p, float* __restrict__ dsum, float* __restrict__ dq_accum,
-                      int accum_dim) {
-  const int lane = threadIdx.x % 32;
-  const int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int64_t nwarps = int64_t(gridDim.x) * blockDim.x / 32;
-  const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
-  const Element* o = static_cast<const Element*>(p.o);
-  const Element* dout = static_cast<const Element*>(p.dout);
-  for (int64_t r = warp; r < rows; r += nwarps) {
-    const auto [b, h, i] = split_row(p, r);
-    const Element* orow = o + b * p.o_batch_stride + i * p.o_row_stride + h * p.o_head_stride;
-    const Element* drow = dout + b * p.do_batch_stride + i * p.do_row_stride + h * p.do_head_stride;
-    float acc = 0.f;
-    for (int e = lane; e < p.head_dim; e += 32) acc += float(orow[e]) * float(drow[e]);
-    CUTE_UNROLL
-    for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-    if (lane == 0) dsum[r] = acc;
-    if (dq_accum != nullptr) {
-      float4* row = reinterpret_cast<float4*>(dq_accum + r * accum_dim);
-      for (int e = lane; e < accum_dim / 4; e += 32) row[e] = make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-  }
-}
-
-// One warp per (batch, head, query row): dq = scale * accumulator.
-template <class Element>
-__global__ void __launch_bounds__(256)
-bwd_dq_convert_kernel(const BwdParams p, const float* __restrict__ dq_accum, int accum_dim) {
-  const int lane = threadIdx.x % 32;
-  const int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int64_t nwarps = int64_t(gridDim.x) * blockDim.x / 32;
-  const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
-  Element* dq = static_cast<Element*>(p.dq);
-  for (int64_t r = warp; r < rows; r += nwarps) {
-    const auto [b, h, i] = split_row(p, r);
-    Element* out = dq + b * p.dq_batch_stride + i * p.dq_row_stride + h * p.dq_head_stride;
-    const float* in = dq_accum + r * accum_dim;
-    for (int e = lane; e < p.head_dim; e += 32) out[e] = Element(in[e] * p.scale);
-  }
-}
-
-// The same two with 16-byte accesses, for head dims that are a multiple of 8
-// and 16-byte aligned rows (what JAX passes): 8 lanes per row, 8 elements a
-// lane per step, 4 rows per warp. One warp per row with 2-byte loads keeps
-// too few bytes in flight to use HBM's bandwidth; at d64 1k these two kernels
-// are a visible part of the backward.
-constexpr int kRowLanes = 8;
-constexpr int kRowVec = 8;  // elements per 16-byte access (16-bit dtypes)
-
-// 8-lane row groups in the whole grid: the grid-stride step, in rows.
-__device__ __forceinline__ int64_t vec_row_groups() {
-  return int64_t(gridDim.x) * blockDim.x / kRowLanes;
-}
-
-template <class Element>
-__global__ void __launch_bounds__(256)
-bwd_preprocess_vec_kernel(const BwdParams p, float* __restrict__ dsum, float* __restrict__ dq_accum,
-                          int accum_dim) {
-  static_assert(sizeof(Element) * kRowVec == 16);
-  const int sub = threadIdx.x % kRowLanes;
-  const int64_t group = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / kRowLanes;
-  const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
-  const int64_t groups = vec_row_groups();
-  const int64_t first_of_warp = group - (threadIdx.x % 32) / kRowLanes;
-  const Element* o = static_cast<const Element*>(p.o);
-  const Element* dout = static_cast<const Element*>(p.dout);
-  // The loop runs on the warp's first row, so all 32 lanes reach the shuffles.
-  for (int64_t base = first_of_warp; base < rows; base += groups) {
-    const int64_t r = base + (group - first_of_warp);
-    const bool active = r < rows;
-    float acc = 0.f;
-    if (active) {
-      const auto [b, h, i] = split_row(p, r);
-      const Element* orow = o + b * p.o_batch_stride + i * p.o_row_stride + h * p.o_head_stride;
-      const Element* drow = dout + b * p.do_batch_stride + i * p.do_row_stride + h * p.do_head_stride;
-      for (int e = sub * kRowVec; e < p.head_dim; e += kRowLanes * kRowVec) {
-        const uint4 ov = *reinterpret_cast<const uint4*>(orow + e);
-        const uint4 dv = *reinterpret_cast<const uint4*>(drow + e);
-        const Element* oe = reinterpret_cast<const Element*>(&ov);
-        const Element* de = reinterpret_cast<const Element*>(&dv);
-        CUTE_UNROLL
-        for (int j = 0; j < kRowVec; ++j) acc += float(oe[j]) * float(de[j]);
-      }
-    }
-    CUTE_UNROLL
-    for (int off = kRowLanes / 2; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-    if (!active) continue;
-    if (sub == 0) dsum[r] = acc;
-    if (dq_accum != nullptr) {
-      float4* row = reinterpret_cast<float4*>(dq_accum + r * accum_dim);
-      for (int e = sub; e < accum_dim / 4; e += kRowLanes) row[e] = make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-  }
-}
-
-template <class Element>
-__global__ void __launch_bounds__(256)
-bwd_dq_convert_vec_kernel(const BwdParams p, const float* __restrict__ dq_accum, int accum_dim) {
-  static_assert(sizeof(Element) * kRowVec == 16);
-  const int sub = threadIdx.x % kRowLanes;
-  const int64_t group = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / kRowLanes;
-  const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
-  Element* dq = static_cast<Element*>(p.dq);
-  for (int64_t r = group; r < rows; r += vec_row_groups()) {
-    const auto [b, h, i] = split_row(p, r);
-    Element* out = dq + b * p.dq_batch_stride + i * p.dq_row_stride + h * p.dq_head_stride;
-    const float* in = dq_accum + r * accum_dim;
-    for (int e = sub * kRowVec; e < p.head_dim; e += kRowLanes * kRowVec) {
-      const float4 lo = *reinterpret_cast<const float4*>(in + e);
-      const float4 hi = *reinterpret_cast<const float4*>(in + e + 4);
-      const float f[kRowVec] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-      uint4 packed;
-      Element* pe = reinterpret_cast<Element*>(&packed);
-      CUTE_UNROLL
-      for (int j = 0; j < kRowVec; ++j) pe[j] = Element(f[j] * p.scale);
-      *reinterpret_cast<uint4*>(out + e) = packed;
-    }
-  }
-}
 
 // ---------------------------------------------------------------------------
 // S (fp32, in place) -> P = exp2(S * scale * log2e - lse * log2e), zero where
@@ -225,10 +92,6 @@ __device__ __forceinline__ void probs_to_dscores(AccP const& pr, AccdP& dp, Coor
     CUTE_UNROLL
     for (int ni = 0; ni < size<1>(drr); ++ni) drr(mi, ni) = prr(mi, ni) * (drr(mi, ni) - d);
   }
-}
-
-__device__ __forceinline__ float lse_to_log2(float l) {
-  return l == -INFINITY ? INFINITY : l * kLog2e;
 }
 
 // Variants: raw S = Q K^T and raw dP = dO V^T (both fp32, in place) ->

@@ -4,7 +4,7 @@
 // only see its declaration and never compile the variants kernel themselves.
 #pragma once
 
-#include "cuda/fwd_launch_template.cuh"
+#include "cuda/sm80/fwd_launch_template.cuh"
 
 namespace jax_flash::cuda {
 

@@ -7,15 +7,11 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda/bwd_dispatch.h"
-#include "cuda/bwd_kernel.cuh"
+#include "cuda/sm80/bwd_kernel.cuh"
 
 namespace jax_flash::cuda {
 
 namespace bwd {
-
-template <DType kDType>
-using ElementOf =
-    std::conditional_t<kDType == DType::kFloat16, cutlass::half_t, cutlass::bfloat16_t>;
 
 // dK/dV kernel: (BM, BN, warps, warps along M for S/dP, along N for dK/dV,
 // along M for dQ). Deterministic dQ kernel: (warps along M, BN).
@@ -53,46 +49,6 @@ cudaError_t opt_in_smem(Kernel kernel, int bytes, std::atomic<unsigned long long
   if (err != cudaSuccess) return err;
   done_mask.fetch_or(bit, std::memory_order_acq_rel);
   return cudaSuccess;
-}
-
-// Blocks of 256 threads for the row kernels, grid-stride beyond the cap:
-// scalar kernels take one warp a row (8 rows a block), the vector ones
-// kRowLanes lanes (32 rows a block).
-inline int rows_grid(int64_t rows, int rows_per_block = 256 / 32) {
-  const int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
-  return int(blocks < 65536 * 16 ? blocks : 65536 * 16);
-}
-
-// Whether 16-byte accesses to a tensor's rows are legal: head dim a multiple
-// of 8, base and every stride 16-byte aligned.
-inline bool rows_vec_ok(const void* base, int head_dim, int64_t batch_stride, int64_t row_stride,
-                        int64_t head_stride) {
-  return head_dim % kRowVec == 0 && (reinterpret_cast<uintptr_t>(base) & 15) == 0 &&
-         batch_stride % kRowVec == 0 && row_stride % kRowVec == 0 && head_stride % kRowVec == 0;
-}
-
-// D = rowsum(dO * O) into dsum; clears accum (accum_dim floats a row) unless null.
-template <class Element>
-static void launch_preprocess(const BwdParams& p, float* dsum, float* accum, int accum_dim,
-                              cudaStream_t stream) {
-  const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
-  if (rows <= 0) return;
-  if (rows_vec_ok(p.o, p.head_dim, p.o_batch_stride, p.o_row_stride, p.o_head_stride) &&
-      rows_vec_ok(p.dout, p.head_dim, p.do_batch_stride, p.do_row_stride, p.do_head_stride))
-    bwd_preprocess_vec_kernel<Element><<<rows_grid(rows, 256 / kRowLanes), 256, 0, stream>>>(p, dsum, accum, accum_dim);
-  else
-    bwd_preprocess_kernel<Element><<<rows_grid(rows), 256, 0, stream>>>(p, dsum, accum, accum_dim);
-}
-
-// dq = scale * accum.
-template <class Element>
-static void launch_dq_convert(const BwdParams& p, const float* accum, int accum_dim, cudaStream_t stream) {
-  const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
-  if (rows <= 0) return;
-  if (rows_vec_ok(p.dq, p.head_dim, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride))
-    bwd_dq_convert_vec_kernel<Element><<<rows_grid(rows, 256 / kRowLanes), 256, 0, stream>>>(p, accum, accum_dim);
-  else
-    bwd_dq_convert_kernel<Element><<<rows_grid(rows), 256, 0, stream>>>(p, accum, accum_dim);
 }
 
 // The atomic-free dQ kernel (deterministic mode), dsum already made.

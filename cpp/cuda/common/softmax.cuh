@@ -1,10 +1,11 @@
-// Online softmax over the rows of an S tile held in SM80 MMA accumulators.
+// Online softmax over the rows of an S tile held in SM80 MMA accumulators
+// (the Hopper forward runs it on wgmma accumulators: sm90/softmax_step.cuh).
 // Scores arrive raw; scale * log2(e) is fused into the exp2 (FFMA). The output accumulator stays unnormalised until finalize().
 #pragma once
 
 #include <cmath>
 
-#include "cuda/utils.cuh"
+#include "cuda/common/utils.cuh"
 
 namespace jax_flash::cuda::fwd {
 

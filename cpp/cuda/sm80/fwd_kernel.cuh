@@ -12,11 +12,11 @@
 
 #include <cute/tensor.hpp>
 
-#include "cuda/kernel_traits.cuh"
-#include "cuda/mask.cuh"
-#include "cuda/softmax.cuh"
-#include "cuda/utils.cuh"
-#include "cuda/variants.cuh"
+#include "cuda/common/mask.cuh"
+#include "cuda/common/softmax.cuh"
+#include "cuda/common/utils.cuh"
+#include "cuda/common/variants.cuh"
+#include "cuda/sm80/kernel_traits.cuh"
 #include "params.h"
 
 namespace jax_flash::cuda::fwd {
@@ -25,7 +25,7 @@ struct FwdArgs {
   FwdParams p;
   float scale_log2;  // scale * log2(e)
   bool vec;          // variants kernel: 16 B vector copies legal (run-time kVec)
-  int order_group = 0;  // (Hopper, causal) CTA order: 0 head-major, else sections (cuda/tile_order.h)
+  int order_group = 0;  // (Hopper, causal) CTA order: 0 head-major, else sections (cuda/common/tile_order.h)
 };
 
 // No variants: an empty stand-in for cuda::Variant.

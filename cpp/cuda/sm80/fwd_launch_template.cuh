@@ -7,7 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda/fwd_dispatch.h"
-#include "cuda/fwd_kernel.cuh"
+#include "cuda/sm80/fwd_kernel.cuh"
 
 namespace jax_flash::cuda {
 
