@@ -86,6 +86,7 @@ _SHAPES = [
     (2, 1, 129, 2, 2, 96),
     (1, 257, 1000, 4, 2, 256),
     (2, 97, 61, 4, 2, 256),      # d256, Sq > Sk, odd: the wgmma wide-head kernel on sm_90a builds
+    (1, 1531, 701, 4, 1, 256),   # d256 GQA 4:1: many steps a CTA through the Q / dO rings and dQ parts
     (2, 1000, 129, 2, 2, 40),
     (1, 129, 128, 8, 8, 80),
     (1, 128, 17, 2, 1, 160),

@@ -1,6 +1,6 @@
 // Driver for compute-sanitizer (memcheck, racecheck, synccheck) over the
 // warp-specialised Hopper backward: small plain cases with odd sizes, causal
-// and not, GQA, head dims 64 and 128, atomic and deterministic. Inputs are
+// and not, GQA, head dims 64, 128 and 256, atomic and deterministic. Inputs are
 // random (LSE too: the kernel only needs it finite); outputs are poisoned
 // (NaN bytes) first and must come back finite. Correctness against a
 // reference is tests/test_cuda_backward.py's job.
@@ -94,6 +94,7 @@ static int run_case(const Case& c, std::mt19937& rng) {
                                : jf::run_bwd_sm90_logits_hdim<DType::kBFloat16, 128>(p, flags, 0))
       : c.masks() ? (c.d == 64 ? jf::run_bwd_sm90_masks_hdim<DType::kBFloat16, 64>(p, flags, 0)
                              : jf::run_bwd_sm90_masks_hdim<DType::kBFloat16, 128>(p, flags, 0))
+      : c.d == 256 ? jf::run_bwd_sm90_wide_hdim<DType::kBFloat16, 256>(p, flags, 0)
                 : (c.d == 64 ? jf::run_bwd_sm90_hdim<DType::kBFloat16, 64>(p, flags, 0)
                              : jf::run_bwd_sm90_hdim<DType::kBFloat16, 128>(p, flags, 0));
   CHECK(launched);
@@ -125,6 +126,9 @@ int main(int argc, char** argv) {
       {1, 300, 131, 2, 1, 128, true, false},  {2, 257, 257, 2, 1, 128, false, false},
       {1, 383, 129, 2, 2, 64, true, true},    {1, 200, 390, 4, 2, 128, false, true},
       {1, 520, 520, 2, 1, 128, true, true},
+      // head dim 256 (the wide kernel): GQA causal, odd non-causal, deterministic (dK / dV alone + SM80 dQ)
+      {1, 383, 200, 4, 1, 256, true, false},  {2, 129, 257, 2, 2, 256, false, false},
+      {1, 300, 131, 2, 1, 256, true, true},
       // the masks kernel: window, lengths, segment ids (skipped tiles), deterministic
       {2, 300, 300, 4, 2, 64, true, false, 70, true, 0}, {2, 333, 333, 2, 1, 128, true, false, -1, false, 90},
       {1, 700, 700, 2, 2, 64, false, false, -1, true, 150}, {2, 400, 410, 2, 1, 128, true, true, 100, true, 0},

@@ -1,7 +1,7 @@
 // Predicated cp.async copies into shared memory: `valid` false copies no bytes
 // and zero-fills the destination (rows or ids past the sequence end). Shared
-// by the SM80 backward (sm80/bwd_common.cuh), the Hopper backward's LSE / D
-// loads (sm90/bwd_common.cuh) and the float32 kernels (tf32/tile.cuh).
+// by the SM80 backward (sm80/bwd_common.cuh) and the float32 kernels
+// (tf32/tile.cuh).
 #pragma once
 
 #include <cstdint>

@@ -7,11 +7,25 @@
 #include <cute/tensor.hpp>
 #include <cutlass/numeric_types.h>
 
-#include "cuda/common/gmem_copies.cuh"
-
 namespace jax_flash::cuda::fwd {
 
 using namespace cute;
+
+// Global-memory tile copies: 16 B per thread per copy, consecutive threads
+// along a row; cp.async in, vector stores out (load_tile / store_tile,
+// common/utils.cuh, partition them).
+template <typename Element, int kHeadDim, int kNThreads>
+struct GmemTileCopies {
+  static constexpr int kRowK = kHeadDim % 128 == 0 ? 128 : (kHeadDim % 64 == 0 ? 64 : 32);
+  static constexpr int kThreadsPerRow = kRowK / 8;
+  static_assert(kNThreads % kThreadsPerRow == 0);
+  using Threads = Layout<Shape<Int<kNThreads / kThreadsPerRow>, Int<kThreadsPerRow>>,
+                         Stride<Int<kThreadsPerRow>, _1>>;
+  using In = decltype(make_tiled_copy(Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, Element>{},
+                                      Threads{}, Layout<Shape<_1, _8>>{}));
+  using Out = decltype(make_tiled_copy(Copy_Atom<UniversalCopy<cute::uint128_t>, Element>{}, Threads{},
+                                       Layout<Shape<_1, _8>>{}));
+};
 
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kNWarps_, typename Element_>
 struct FwdTraits {

@@ -95,22 +95,26 @@ __device__ __forceinline__ void bwd_write_dq(const BwdKernelParams<Cfg>& kp, typ
 }
 
 // dq = scale * accumulator: one CTA of 256 threads per (query tile, q head,
-// batch), thread t reading what consumer thread t staged.
+// batch), thread t reading what consumer thread t staged, a part (of
+// D / kDqParts columns: the wide kernel adds its tiles in two) at a time.
 template <class Cfg>
 __global__ void __launch_bounds__(256) bwd_dq_convert_kernel(const BwdParams p, const float* __restrict__ dq_accum,
                                                              int rows_pad, bool pair_ok) {
   using Element = typename Cfg::Element;
-  constexpr int M = Cfg::kBlockM, D = Cfg::kHeadDim;
+  constexpr int M = Cfg::kBlockM, D = Cfg::kHeadDim, kCols = D / Cfg::kDqParts;
   const int ct = threadIdx.x;
   const int m0 = blockIdx.x * M, h = blockIdx.y, b = blockIdx.z;
   typename Cfg::TiledMmadQ mma_dq;
   auto thr = mma_dq.get_thread_slice(ct);
-  Tensor acc = partition_fragment_C(mma_dq, Shape<Int<M>, Int<D>>{});
-  Tensor coords = thr.partition_C(make_identity_tensor(Shape<Int<M>, Int<D>>{}));
+  Tensor coords = thr.partition_C(make_identity_tensor(Shape<Int<M>, Int<kCols>>{}));
   const int64_t row = (int64_t(b) * p.heads_q + h) * rows_pad + m0;
-  dq_from_staged<256>(acc, dq_accum + row * D, ct);
   Element* dq = static_cast<Element*>(p.dq) + b * p.dq_batch_stride + int64_t(m0) * p.dq_row_stride + h * p.dq_head_stride;
-  bwd::store_acc(acc, coords, dq, p.dq_row_stride, p.seqlen_q - m0, D, p.scale, pair_ok);
+  CUTE_UNROLL
+  for (int part = 0; part < Cfg::kDqParts; ++part) {
+    Tensor acc = partition_fragment_C(mma_dq, Shape<Int<M>, Int<kCols>>{});
+    dq_from_staged<256>(acc, dq_accum + row * D + part * Cfg::kDqPartFloats, ct);
+    bwd::store_acc(acc, coords, dq + part * kCols, p.dq_row_stride, p.seqlen_q - m0, kCols, p.scale, pair_ok);
+  }
 }
 
 }  // namespace jax_flash::cuda::sm90

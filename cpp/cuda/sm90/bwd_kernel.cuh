@@ -12,7 +12,7 @@
 #include <cute/tensor.hpp>
 #include <cutlass/arch/reg_reconfig.h>
 
-#include "cuda/sm90/bwd_common.cuh"  // store_dkdv
+#include "cuda/sm90/bwd_epilogue.cuh"  // store_dkdv
 #include "cuda/sm90/bwd_dq.cuh"
 #include "cuda/sm90/bwd_mainloop.cuh"
 #include "cuda/sm90/bwd_masks.cuh"

@@ -13,6 +13,7 @@
 #include "cuda/bwd_dispatch.h"
 #include "cuda/common/bwd_rows.cuh"  // launch_preprocess, rows_vec_ok, ElementOf
 #include "cuda/sm90/bwd_kernel.cuh"
+#include "cuda/sm90/bwd_wide_kernel.cuh"
 #include "cuda/sm90/ready.h"
 #include "cuda/common/tile_order.h"
 
@@ -37,11 +38,11 @@ inline int order_rotation(const BwdParams& p, int block_m, int block_n) {
 }
 
 // Plain attention (Cfg::kMasks: the masks-only variants; Cfg::kLogits: a
-// logit transform set on top, atomic mode), head_dim == the
-// config's, 16 B aligned rows (TMA), seqlen_q and seqlen_k > 0; else
-// cudaErrorNotSupported (the caller runs
-// the SM80 kernels). rotate: deterministic mode's query-tile rotation
-// (BwdWork), 0 for none.
+// logit transform set on top, atomic mode; Cfg::kWide: the wide-head
+// kernel, atomic mode, or deterministic with kDkdvOnly, which makes no dQ),
+// head_dim == the config's, 16 B aligned rows (TMA), seqlen_q and
+// seqlen_k > 0; else cudaErrorNotSupported (the caller runs the SM80
+// kernels). rotate: the query-tile rotation (BwdWork), 0 for none.
 template <class Cfg>
 cudaError_t launch_bwd_ws(const BwdParams& p, BwdLaunchFlags flags, int rotate, cudaStream_t stream) {
   using Element = typename Cfg::Element;
@@ -56,11 +57,21 @@ cudaError_t launch_bwd_ws(const BwdParams& p, BwdLaunchFlags flags, int rotate, 
     // skipped tiles break masks_dq_rank's runs).
     if (!variant_masks_only(p) || (p.deterministic && p.segment_ids())) return cudaErrorNotSupported;
   }
-  if (p.deterministic && bwd_order_bytes(p, D) == 0) return cudaErrorNotSupported;
+  if constexpr (Cfg::kWide) {
+    if (p.deterministic != Cfg::kDkdvOnly) return cudaErrorNotSupported;
+  } else if (p.deterministic && bwd_order_bytes(p, D) == 0) {
+    return cudaErrorNotSupported;
+  }
   if (!bwd::rows_vec_ok(p.o, p.head_dim, p.o_batch_stride, p.o_row_stride, p.o_head_stride))
     return cudaErrorNotSupported;
+  auto* kernel = [] {
+    if constexpr (Cfg::kWide)
+      return &bwd_wide_kernel<Cfg>;
+    else
+      return &bwd_ws_kernel<Cfg>;
+  }();
   static std::atomic<unsigned long long> ready{0};
-  if (!sm90_kernel_ready(&bwd_ws_kernel<Cfg>, Cfg::kSmemBytes, ready)) return cudaErrorNotSupported;
+  if (!sm90_kernel_ready(kernel, Cfg::kSmemBytes, ready)) return cudaErrorNotSupported;
   static_assert(kBwdRowPad % M == 0);
   const int rows_pad = bwd_padded_rows(p.seqlen_q);
   char* ws = static_cast<char*>(p.workspace);
@@ -89,21 +100,25 @@ cudaError_t launch_bwd_ws(const BwdParams& p, BwdLaunchFlags flags, int rotate, 
   kp.scale_log2 = p.scale * 1.4426950408889634f;
   kp.pair_ok = flags.pair_ok;
   const int key_tiles = (p.seqlen_k + N - 1) / N;
-  kp.dq_order = p.deterministic ? reinterpret_cast<int*>(ws + bwd_dsum_bytes(p) + bwd_accum_bytes(p, D)) : nullptr;
+  kp.dq_order = p.deterministic && !Cfg::kDkdvOnly ? reinterpret_cast<int*>(ws + bwd_dsum_bytes(p) + bwd_accum_bytes(p, D)) : nullptr;
   kp.order_rows = (p.seqlen_q + kBwdOrderRows - 1) / kBwdOrderRows;
-  kp.rotate = p.deterministic && !Cfg::kMasks ? rotate : 0;  // (masks_dq_rank: highest first)
+  kp.rotate = Cfg::kWide || (p.deterministic && !Cfg::kMasks) ? rotate : 0;  // (masks_dq_rank: highest first)
   kp.order_group = p.causal ? bwd_order_group(key_tiles, p.heads_kv, p.batch, p.seqlen_q, D, p.heads_q,
                                               int(sizeof(Element)), p.segment_ids())
                             : 0;
 
   bwd::launch_preprocess<Element>(p, dsum, nullptr, D, stream);  // D = rowsum(dO O)
+  if constexpr (Cfg::kDkdvOnly) {
+    kernel<<<dim3(key_tiles, p.heads_kv, p.batch), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(kp);
+    return cudaGetLastError();
+  }
   const size_t accum_bytes = sizeof(float) * size_t(p.batch) * size_t(p.heads_q) * size_t(rows_pad) * D;
   if (const cudaError_t err = cudaMemsetAsync(accum, 0, accum_bytes, stream); err != cudaSuccess) return err;
   if (kp.dq_order != nullptr) {
     const cudaError_t err = cudaMemsetAsync(kp.dq_order, 0, bwd_order_bytes(p, D), stream);
     if (err != cudaSuccess) return err;
   }
-  bwd_ws_kernel<Cfg><<<dim3(key_tiles, p.heads_kv, p.batch), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(kp);
+  kernel<<<dim3(key_tiles, p.heads_kv, p.batch), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(kp);
   const dim3 convert_grid((p.seqlen_q + M - 1) / M, p.heads_q, p.batch);
   bwd_dq_convert_kernel<Cfg><<<convert_grid, 256, 0, stream>>>(p, accum, rows_pad, flags.pair_ok);
   return cudaGetLastError();

@@ -1,0 +1,141 @@
+// Compile-time shape of the warp-specialised Hopper backward for wide heads
+// (head dim 256): tiles, shared-memory layouts, the wgmma tiled MMAs, the
+// TMA copy types and the shared storage.
+//
+// Why not BwdConfig's shape: there each consumer warpgroup owns 64 keys and
+// keeps dK and dV (64 x D fp32 each) in registers, 256 a thread at D = 256.
+// Here a CTA owns 64 keys and its two consumer warpgroups split the head dim
+// of dK and dV (64 x 128 of each: 128 registers a thread), so every product
+// with the head dim as N is split the same way, and the key x query tiles
+// (P^T, dS^T) go through shared memory:
+//   S^T  = K Q^T          warpgroup 0 alone, SS (64 keys x 64 queries, K = D)
+//   dP^T = V dO^T         warpgroup 1 alone, at the same time
+//   P^T  -> smem          warpgroup 0;  dS^T = P^T (dP^T - D) -> smem  warpgroup 1
+//   dV  += P^T dO, dK += dS^T Q     SS, each warpgroup its 128 head-dim columns
+//   dQ   = dS K           SS, in two 128-column parts (64 columns a
+//                         warpgroup), each added to the float32 accumulator
+//                         from registers (red.global.add.v4) while the
+//                         next product runs
+// Keeping S^T and dP^T one warpgroup each (not 32 queries of both) keeps
+// every wgmma at N >= 64: at N = 32 an SS wgmma re-reads the whole 64-row A
+// tile per 32 columns and the step becomes bound by smem bandwidth.
+//
+// Shared memory (16-bit inputs): K, V 32 KB each; Q and dO two stages each
+// (128 KB; dO is freed after dV, Q after dK); P^T and dS^T double-buffered
+// (32 KB: a warpgroup may write the next step's while the other's wgmmas
+// still read this one): 224 KB and the statistics. No room for a staged
+// dQ tile beside that, hence dQ's adds from registers.
+#pragma once
+
+#include <cstdint>
+
+#include <cute/tensor.hpp>
+#include <cute/atom/copy_traits_sm90_tma.hpp>
+#include <cute/atom/mma_atom.hpp>
+#include <cute/atom/mma_traits_sm90_gmma.hpp>
+#include <cute/container/array_aligned.hpp>
+#include <cutlass/numeric_types.h>
+
+namespace jax_flash::cuda::sm90 {
+
+using namespace cute;
+
+// kDkdvOnly: dK and dV alone, no dQ product (deterministic mode, where the
+// SM80 atomic-free dQ kernel makes dQ afterwards).
+template <int kHeadDim_, class Element_, bool kDkdvOnly_ = false>
+struct BwdWideConfig {
+  using Element = Element_;
+  static constexpr bool kWide = true;
+  static constexpr bool kDkdvOnly = kDkdvOnly_;
+  static constexpr bool kMasks = false;
+  static constexpr int kLogits = 0;
+  static constexpr int kHeadDim = kHeadDim_;
+  static_assert(kHeadDim % 128 == 0);
+  static constexpr int kBlockM = 64;  // query rows a step
+  static constexpr int kBlockN = 64;  // keys a CTA
+  static constexpr int kStages = 2;    // Q / LSE / D ring
+  static constexpr int kDoStages = 2;  // dO ring
+  static constexpr int kConsumerThreads = 256;
+  static constexpr int kThreads = 128 + kConsumerThreads;  // warpgroup 0: the producer warp
+  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+  static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumerThreads <= 168 * kThreads);
+
+  // S^T or dP^T (BN, BM), one warpgroup each: A = K / V, B = Q / dO, K-major.
+  using TiledMmaSdP = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kBlockM>, Int<kHeadDim>>>(), Layout<Shape<_1, _1, _1>>{}));
+  // dV, dK (BN, D) += P^T / dS^T (BN, BM; smem, K-major) times dO / Q seen
+  // as (D, BM), MN-major; the warpgroups split D.
+  using TiledMmadKV = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim / 2>, Int<kBlockM>>, GMMA::Major::K,
+                           GMMA::Major::MN>(),
+      Layout<Shape<_1, _2, _1>>{}));
+  // One dQ part (BM, D / kDqParts) = dS (BM, BN) K (BN, D / kDqParts), both
+  // MN-major views; the warpgroups split its columns.
+  static constexpr int kDqParts = 2;
+  using TiledMmadQ = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim / kDqParts / 2>, Int<kBlockN>>,
+                           GMMA::Major::MN, GMMA::Major::MN>(),
+      Layout<Shape<_1, _2, _1>>{}));
+
+  using SmemAtom = GMMA::Layout_K_SW128_Atom<Element>;
+  template <int kBufs>
+  using SmemLayoutRows = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>, Int<kBufs>>{}));
+  template <int kBufs>
+  using SmemLayoutRowsT = decltype(composition(
+      SmemLayoutRows<kBufs>{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockM>, Int<kBufs>>{}, Step<_2, _1, _3>{})));
+  // Q and dO (BM, D, stage) and their (D, BM, stage) views.
+  using SmemLayoutQ = SmemLayoutRows<kStages>;
+  using SmemLayoutQt = SmemLayoutRowsT<kStages>;
+  using SmemLayoutdO = SmemLayoutRows<kDoStages>;
+  using SmemLayoutdOt = SmemLayoutRowsT<kDoStages>;
+  // K / V (BN, D) and the (D, BN) view.
+  using SmemLayoutK = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+  using SmemLayoutKt = decltype(composition(
+      SmemLayoutK{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, Step<_2, _1>{})));
+  // P^T / dS^T (BN, BM, buffer), queries contiguous as the S^T accumulator
+  // holds them, and the (BM, BN, buffer) view dQ reads.
+  using SmemLayoutSt = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockN>, Int<kBlockM>, _2>{}));
+  using SmemLayoutdS = decltype(composition(
+      SmemLayoutSt{}, make_ordered_layout(Shape<Int<kBlockM>, Int<kBlockN>, _2>{}, Step<_2, _1, _3>{})));
+
+  using GmemLayout = Layout<Shape<int32_t, int32_t, int32_t, int32_t>, Stride<int64_t, _1, int64_t, int64_t>>;
+  using GmemTensor = decltype(make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemLayout{}));
+  using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutQ{}),
+                                      Shape<Int<kBlockM>, Int<kHeadDim>>{}, _1{}));
+  using TmaK = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutK{},
+                                      Shape<Int<kBlockN>, Int<kHeadDim>>{}, _1{}));
+
+  static constexpr uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
+  static constexpr uint32_t kKBytes = kBlockN * kHeadDim * sizeof(Element);
+  static_assert(kBlockM % 32 == 0);  // the producer warp's lanes load LSE and D
+  // The dQ accumulator's tile (bwd_dq.cuh: its convert kernel), added a
+  // part at a time, each part in the order the consumer threads hold it.
+  static constexpr int kDqFloats = kBlockM * kHeadDim;
+  static constexpr int kDqPartFloats = kDqFloats / kDqParts;
+
+  struct SharedStorage {
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutdO>, 1024> dout;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> v;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutSt>, 1024> pt;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutSt>, 1024> ds;
+    alignas(16) float lse2[kStages][kBlockM];
+    alignas(16) float dsum[kStages][kBlockM];
+    // kv_full: K and V landed (once). full[s]: stage s's Q landed and the
+    // producer warp stored its LSE and D; empty[s]: every consumer thread
+    // is done with it (after dK). do_full / do_empty: the dO ring (free
+    // after dV).
+    alignas(8) uint64_t kv_full;
+    uint64_t full[kStages], empty[kStages];
+    uint64_t do_full[kDoStages], do_empty[kDoStages];
+  };
+  static constexpr int kSmemBytes = int(sizeof(SharedStorage));
+  static_assert(kSmemBytes <= 227 * 1024);
+};
+
+// Named barriers of the wide backward (0 is __syncthreads): P^T is in
+// shared memory; dS^T is.
+inline constexpr int kBarWideP = 1, kBarWideDs = 2;
+
+}  // namespace jax_flash::cuda::sm90

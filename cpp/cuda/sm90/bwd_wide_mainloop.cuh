@@ -1,0 +1,204 @@
+// The consumers of the wide-head (head dim 256) warp-specialised Hopper
+// backward: two warpgroups that share the CTA's 64 keys and split the head
+// dim of dK and dV (bwd_wide_config.cuh). Per step (a query tile of one
+// q head):
+//   warpgroup 0: S^T = K Q^T -> P^T -> smem      warpgroup 1: dP^T = V dO^T
+//   (named barrier: P^T in smem)
+//   both: dV += P^T dO (SS)        warpgroup 1: dS^T = P^T (dP^T - D) -> smem
+//   (named barrier: dS^T in smem; dV done frees dO)
+//   both: dQ part 0 = dS K and dK += dS^T Q; part 0 added to the float32
+//   accumulator with red.global.add.v4 while dK runs; dQ part 1, added.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+
+#include "cuda/sm90/bulk_ops.cuh"  // red_add_f32x4
+#include "cuda/sm90/bwd_params.cuh"
+#include "cuda/sm90/bwd_wide_config.cuh"
+#include "cuda/sm90/pipeline.cuh"
+#include "cuda/sm90/wgmma.cuh"
+#include "cuda/common/utils.cuh"  // acc_rowcol_layout, convert_regs
+
+namespace jax_flash::cuda::sm90 {
+
+template <class Cfg>
+struct BwdWideMainloop {
+  using Element = typename Cfg::Element;
+  static constexpr int M = Cfg::kBlockM, N = Cfg::kBlockN, D = Cfg::kHeadDim;
+
+  typename Cfg::TiledMmaSdP mma_sdp;  // one warpgroup
+  typename Cfg::TiledMmadKV mma_dkv;  // both
+  typename Cfg::TiledMmadQ mma_dq;    // both, one dQ part
+  int ct;  // consumer thread, 0..255
+
+  __device__ __forceinline__ explicit BwdWideMainloop(int consumer_thread) : ct(consumer_thread) {}
+
+  using AccKV = decltype(partition_fragment_C(typename Cfg::TiledMmadKV{}, Shape<Int<N>, Int<D>>{}));
+
+  template <class Work>
+  __device__ __forceinline__ void run(const BwdKernelParams<Cfg>& kp, typename Cfg::SharedStorage& ss, const Work& w,
+                                      AccKV& acc_dk, AccKV& acc_dv) {
+    const BwdParams& p = kp.p;
+    const int wg = __shfl_sync(0xffffffffu, ct / 128, 0);  // warp-uniform
+    const int wt = ct % 128;
+    Tensor sQ = make_tensor(make_smem_ptr(ss.q.data()), typename Cfg::SmemLayoutQ{});
+    Tensor sQt = make_tensor(make_smem_ptr(ss.q.data()), typename Cfg::SmemLayoutQt{});
+    Tensor sdO = make_tensor(make_smem_ptr(ss.dout.data()), typename Cfg::SmemLayoutdO{});
+    Tensor sdOt = make_tensor(make_smem_ptr(ss.dout.data()), typename Cfg::SmemLayoutdOt{});
+    Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), typename Cfg::SmemLayoutK{});
+    Tensor sKt = make_tensor(make_smem_ptr(ss.k.data()), typename Cfg::SmemLayoutKt{});
+    Tensor sV = make_tensor(make_smem_ptr(ss.v.data()), typename Cfg::SmemLayoutK{});
+    Tensor sPt = make_tensor(make_smem_ptr(ss.pt.data()), typename Cfg::SmemLayoutSt{});
+    Tensor sdSt = make_tensor(make_smem_ptr(ss.ds.data()), typename Cfg::SmemLayoutSt{});
+    Tensor sdS = make_tensor(make_smem_ptr(ss.ds.data()), typename Cfg::SmemLayoutdS{});
+
+    auto thr_sdp = mma_sdp.get_thread_slice(wt);
+    auto thr_dkv = mma_dkv.get_thread_slice(ct);
+    auto thr_dq = mma_dq.get_thread_slice(ct);
+    // Warpgroup 0 reads (K, Q), warpgroup 1 (V, dO): separate fragments
+    // rather than one set on a selected pointer, so that the descriptors'
+    // smem addresses stay compile-time immediates.
+    Tensor tSrK = thr_sdp.partition_fragment_A(sK);       // (MMA, MMA_M, MMA_K)
+    Tensor tSrV = thr_sdp.partition_fragment_A(sV);
+    Tensor tSrQ = thr_sdp.partition_fragment_B(sQ);       // (MMA, MMA_N, MMA_K, stage)
+    Tensor tSrdO = thr_sdp.partition_fragment_B(sdO);
+    Tensor tdVrPt = thr_dkv.partition_fragment_A(sPt);    // (MMA, MMA_M, MMA_K, buffer)
+    Tensor tdKrdSt = thr_dkv.partition_fragment_A(sdSt);
+    Tensor tdVrdOt = thr_dkv.partition_fragment_B(sdOt);  // (MMA, MMA_N, MMA_K, 1)
+    Tensor tdKrQt = thr_dkv.partition_fragment_B(sQt);    // (MMA, MMA_N, MMA_K, stage)
+    Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);     // (MMA, MMA_M, MMA_K, buffer)
+    constexpr int kCols = D / Cfg::kDqParts;
+    Tensor tdQrKt0 = thr_dq.partition_fragment_B(local_tile(sKt, Shape<Int<kCols>, Int<N>>{}, make_coord(0, 0)));
+    Tensor tdQrKt1 = thr_dq.partition_fragment_B(local_tile(sKt, Shape<Int<kCols>, Int<N>>{}, make_coord(1, 0)));
+    static_assert(Cfg::kDqParts == 2);
+
+    Tensor tSc = thr_sdp.partition_C(make_identity_tensor(Shape<Int<N>, Int<M>>{}));
+    Tensor tSc_rc = make_tensor(tSc.data(), fwd::acc_rowcol_layout(tSc.layout()));
+    // P^T / dS^T accumulator fragments <-> smem (32-bit pairs of queries).
+    auto r2s = make_tiled_copy_C(Copy_Atom<UniversalCopy<uint32_t>, Element>{}, mma_sdp);
+    auto r2s_thr = r2s.get_thread_slice(wt);
+    Tensor tPsPt = r2s_thr.partition_D(sPt);      // (CPY, CPY_N, CPY_M, buffer)
+    Tensor tPsPt_src = r2s_thr.partition_S(sPt);
+    Tensor tdSsdSt = r2s_thr.partition_D(sdSt);
+
+    using AccS = decltype(partition_fragment_C(mma_sdp, Shape<Int<N>, Int<M>>{}));
+    static_assert(decltype(size<1>(AccS{}))::value == 1 && decltype(size<2>(AccS{}))::value == 1);
+    using AccQ = decltype(partition_fragment_C(mma_dq, Shape<Int<M>, Int<kCols>>{}));
+    const int Sq = p.seqlen_q, Sk = p.seqlen_k, n0 = w.n_block * N;
+
+    // One dQ part into the accumulator, in the order the threads hold it
+    // (bwd_dq.cuh: the convert kernel reads it back so): each thread adds
+    // float4s at a stride of 256, so a warp's adds cover 512 contiguous
+    // bytes. (Staging the parts in shared memory for a bulk reduce by a
+    // writer warp, as the d64 / d128 kernel does, measured 1.5-3% slower:
+    // its 128 KB of smem traffic a step competes with the SS wgmmas, and
+    // the staging buffer costs dO its second stage.)
+    auto add_dq = [&](const AccQ& acc_dq, int step, int part) {
+      const int64_t row = (int64_t(w.batch) * p.heads_q + w.head(step)) * kp.rows_pad + int64_t(w.m_block(step)) * M;
+      float* base = kp.dq_accum + row * D + part * Cfg::kDqPartFloats + 4 * ct;
+      CUTE_UNROLL
+      for (int i = 0; i < size(acc_dq); i += 4)
+        red_add_f32x4(base + i * Cfg::kConsumerThreads, acc_dq(i), acc_dq(i + 1), acc_dq(i + 2), acc_dq(i + 3));
+    };
+
+    // Warpgroup 0: P^T from the S^T wgmma in flight on a, into buffer b.
+    auto store_p = [&](AccS& a, int st, int m0, int b) {
+      Tensor s = make_tensor(a.data(), fwd::acc_rowcol_layout(a.layout()));
+      // Columns are queries, so the LSE varies along columns.
+      float lse2[decltype(size<1>(s))::value];
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(s); ++c) lse2[c] = ss.lse2[st][get<1>(tSc_rc(0, c))];
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(a);
+      const bool mask = (p.causal && m0 < n0 + N - 1) || n0 + N > Sk || m0 + M > Sq;
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(s); ++c) {
+        CUTE_UNROLL
+        for (int r = 0; r < size<0>(s); ++r) {
+          float pv = exp2f(s(r, c) * kp.scale_log2 - lse2[c]);
+          if (mask) {
+            const int key = n0 + get<0>(tSc_rc(r, c)), query = m0 + get<1>(tSc_rc(r, c));
+            pv = key < Sk && query < Sq && (!p.causal || key <= query) ? pv : 0.f;
+          }
+          s(r, c) = pv;
+        }
+      }
+      Tensor rP = fwd::convert_regs<Element>(a);
+      cute::copy(r2s, r2s_thr.retile_S(rP), tPsPt(_, _, _, b));
+      cutlass::arch::fence_view_async_shared();  // st.shared -> wgmma reads
+    };
+
+    barrier_wait(ss.kv_full, 0u);
+    RingState<Cfg::kStages> ring;
+    RingState<Cfg::kDoStages> do_ring;
+    for (int step = 0; step < w.steps; ++step) {
+      const int st = ring.index, buf = step & 1;
+      const int m0 = w.m_block(step) * M;
+      barrier_wait(ss.full[st], ring.phase);
+      AccS acc;  // S^T (warpgroup 0) or dP^T (warpgroup 1)
+      if (wg == 0) {
+        fwd::wgmma_issue<true, false>(mma_sdp, tSrK, tSrQ(_, _, _, st), acc);
+        store_p(acc, st, m0, buf);
+      } else {
+        barrier_wait(ss.do_full[do_ring.index], do_ring.phase);
+        fwd::wgmma_issue<true, false>(mma_sdp, tSrV, tSrdO(_, _, _, do_ring.index), acc);
+      }
+      Tensor s = make_tensor(acc.data(), fwd::acc_rowcol_layout(acc.layout()));
+      named_sync(kBarWideP, Cfg::kConsumerThreads);
+
+      Tensor tdVrPt_b = tdVrPt(_, _, _, buf);
+      Tensor tdKrdSt_b = tdKrdSt(_, _, _, buf);
+      fwd::wgmma_issue<false, false>(mma_dkv, tdVrPt_b, tdVrdOt(_, _, _, do_ring.index), acc_dv);
+      if (wg == 1) {
+        // dS^T = P^T (dP^T - D), P^T read back (16-bit) at this thread's
+        // own accumulator positions (warpgroup 0's partition).
+        warpgroup_wait<1>();  // dP^T (dV stays in flight)
+        warpgroup_fence_operand(acc);
+        Tensor rP = make_tensor<Element>(acc.layout());
+        cute::copy(r2s, tPsPt_src(_, _, _, buf), r2s_thr.retile_D(rP));
+        Tensor pr = make_tensor(rP.data(), fwd::acc_rowcol_layout(rP.layout()));
+        CUTE_UNROLL
+        for (int c = 0; c < size<1>(s); ++c) {
+          const float dd = ss.dsum[st][get<1>(tSc_rc(0, c))];
+          CUTE_UNROLL
+          for (int r = 0; r < size<0>(s); ++r) s(r, c) = float(pr(r, c)) * (s(r, c) - dd);
+        }
+        Tensor rdS = fwd::convert_regs<Element>(acc);
+        cute::copy(r2s, r2s_thr.retile_S(rdS), tdSsdSt(_, _, _, buf));
+        cutlass::arch::fence_view_async_shared();
+      }
+      named_sync(kBarWideDs, Cfg::kConsumerThreads);
+      warpgroup_wait<0>();  // dV: dO is free
+      warpgroup_fence_operand(acc_dv);
+      barrier_arrive(ss.do_empty[do_ring.index]);
+      do_ring.advance();
+
+      if constexpr (Cfg::kDkdvOnly) {
+        fwd::wgmma_issue<false, false>(mma_dkv, tdKrdSt_b, tdKrQt(_, _, _, st), acc_dk);
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(acc_dk);
+        barrier_arrive(ss.empty[st]);
+      } else {
+        AccQ acc_dq;
+        Tensor tdQrdS_b = tdQrdS(_, _, _, buf);
+        fwd::wgmma_issue<true, false>(mma_dq, tdQrdS_b, tdQrKt0, acc_dq);
+        fwd::wgmma_issue<false, false>(mma_dkv, tdKrdSt_b, tdKrQt(_, _, _, st), acc_dk);
+        warpgroup_wait<1>();  // dQ part 0 (dK in flight)
+        warpgroup_fence_operand(acc_dq);
+        add_dq(acc_dq, step, 0);
+        fwd::wgmma_issue<true, false>(mma_dq, tdQrdS_b, tdQrKt1, acc_dq);
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(acc_dq);
+        warpgroup_fence_operand(acc_dk);
+        barrier_arrive(ss.empty[st]);  // Q, LSE and D of this stage are free
+        add_dq(acc_dq, step, 1);
+      }
+      ring.advance();
+    }
+    warpgroup_fence_operand(acc_dv);
+    warpgroup_fence_operand(acc_dk);
+  }
+};
+
+}  // namespace jax_flash::cuda::sm90
