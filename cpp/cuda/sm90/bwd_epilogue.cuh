@@ -1,10 +1,13 @@
-// The dK / dV epilogue of the Hopper backwards (sm90/bwd_kernel.cuh,
-// sm90/bwd_wide_kernel.cuh): the consumers' fp32 accumulators, keys as rows
-// (both compute the key-major products, S^T = K Q^T), to the 16-bit
+// The consumer warpgroups' part of the Hopper backward kernels
+// (sm90/bwd_kernel.cuh, sm90/bwd_wide_kernel.cuh): run the mainloop over the
+// CTA's steps, then the dK / dV epilogue, the fp32 accumulators (keys as
+// rows: both compute the key-major products, S^T = K Q^T) to the 16-bit
 // outputs.
 #pragma once
 
 #include <cstdint>
+
+#include <cute/tensor.hpp>
 
 #include "cuda/common/store_acc.cuh"  // store_acc
 #include "params.h"
@@ -25,3 +28,25 @@ __device__ __forceinline__ void store_dkdv(TA const& acc_dk, TA const& acc_dv, T
 }
 
 }  // namespace jax_flash::cuda::bwd90
+
+namespace jax_flash::cuda::sm90 {
+
+using namespace cute;
+
+// Consumer thread ct (0..255) of a CTA: Mainloop's steps, then its dK / dV.
+template <class Mainloop, class KernelParams, class Storage, class Work>
+__device__ __forceinline__ void bwd_consume(const KernelParams& kp, Storage& ss, const Work& w, int ct) {
+  using Cfg = typename Mainloop::Config;
+  constexpr int N = Cfg::kBlockN, D = Cfg::kHeadDim;
+  Mainloop mainloop(ct);
+  typename Mainloop::AccKV acc_dk, acc_dv;
+  clear(acc_dk);
+  clear(acc_dv);
+  mainloop.run(kp, ss, w, acc_dk, acc_dv);
+  Tensor tKVc = mainloop.mma_dkv.get_thread_slice(ct).partition_C(make_identity_tensor(Shape<Int<N>, Int<D>>{}));
+  const int n0 = w.n_block * N;
+  bwd90::store_dkdv<typename Cfg::Element, D>(acc_dk, acc_dv, tKVc, kp.p, w.batch, w.head_kv, n0,
+                                              kp.p.seqlen_k - n0, kp.pair_ok);
+}
+
+}  // namespace jax_flash::cuda::sm90

@@ -29,6 +29,7 @@ namespace jax_flash::cuda::sm90 {
 
 template <class Cfg>
 struct BwdMainloop {
+  using Config = Cfg;
   using Element = typename Cfg::Element;
   static constexpr int M = Cfg::kBlockM, N = Cfg::kBlockN, D = Cfg::kHeadDim;
   static constexpr int kLogits = Cfg::kLogits;

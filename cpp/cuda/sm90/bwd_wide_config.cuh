@@ -30,12 +30,12 @@
 #include <cstdint>
 
 #include <cute/tensor.hpp>
-#include <cute/atom/copy_traits_sm90_tma.hpp>
 #include <cute/atom/mma_atom.hpp>
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
 #include <cute/container/array_aligned.hpp>
 #include <cutlass/numeric_types.h>
 
+#include "cuda/sm90/bwd_tma.cuh"
 namespace jax_flash::cuda::sm90 {
 
 using namespace cute;
@@ -98,12 +98,9 @@ struct BwdWideConfig {
   using SmemLayoutdS = decltype(composition(
       SmemLayoutSt{}, make_ordered_layout(Shape<Int<kBlockM>, Int<kBlockN>, _2>{}, Step<_2, _1, _3>{})));
 
-  using GmemLayout = Layout<Shape<int32_t, int32_t, int32_t, int32_t>, Stride<int64_t, _1, int64_t, int64_t>>;
-  using GmemTensor = decltype(make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemLayout{}));
-  using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutQ{}),
-                                      Shape<Int<kBlockM>, Int<kHeadDim>>{}, _1{}));
-  using TmaK = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutK{},
-                                      Shape<Int<kBlockN>, Int<kHeadDim>>{}, _1{}));
+  using Tma = BwdTmaTypes<Element, kBlockM, kBlockN, kHeadDim, SmemLayoutQ, SmemLayoutK>;
+  using TmaQ = typename Tma::TmaQ;
+  using TmaK = typename Tma::TmaK;
 
   static constexpr uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
   static constexpr uint32_t kKBytes = kBlockN * kHeadDim * sizeof(Element);

@@ -10,7 +10,7 @@
 #include <cute/tensor.hpp>
 #include <cutlass/arch/reg_reconfig.h>
 
-#include "cuda/sm90/bwd_epilogue.cuh"  // store_dkdv
+#include "cuda/sm90/bwd_epilogue.cuh"  // bwd_consume
 #include "cuda/sm90/bwd_params.cuh"
 #include "cuda/sm90/bwd_producer.cuh"
 #include "cuda/sm90/bwd_scheduler.cuh"
@@ -23,9 +23,8 @@ namespace jax_flash::cuda::sm90 {
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_wide_kernel(const __grid_constant__ BwdKernelParams<Cfg> kp) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Element = typename Cfg::Element;
   using Storage = typename Cfg::SharedStorage;
-  constexpr int N = Cfg::kBlockN, D = Cfg::kHeadDim;
+  constexpr int N = Cfg::kBlockN;
   extern __shared__ __align__(1024) char smem_raw[];
   Storage& ss = *reinterpret_cast<Storage*>(smem_raw);
   const int tid = threadIdx.x;
@@ -58,14 +57,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_wide_kernel(const __grid
     return;
   }
   cutlass::arch::warpgroup_reg_alloc<Cfg::kConsumerRegs>();
-  BwdWideMainloop<Cfg> mainloop(tid - 128);
-  typename BwdWideMainloop<Cfg>::AccKV acc_dk, acc_dv;
-  clear(acc_dk);
-  clear(acc_dv);
-  mainloop.run(kp, ss, w, acc_dk, acc_dv);
-  Tensor tKVc = mainloop.mma_dkv.get_thread_slice(mainloop.ct).partition_C(make_identity_tensor(Shape<Int<N>, Int<D>>{}));
-  const int n0 = w.n_block * N;
-  bwd90::store_dkdv<Element, D>(acc_dk, acc_dv, tKVc, kp.p, w.batch, w.head_kv, n0, kp.p.seqlen_k - n0, kp.pair_ok);
+  bwd_consume<BwdWideMainloop<Cfg>>(kp, ss, w, tid - 128);
 #else
 #if defined(__CUDA_ARCH__)
   __trap();  // not built for sm_90a: the host never launches this
