@@ -7,6 +7,8 @@
 // variants leave (fwd_masks.cuh), lane 0 issues the loads.
 #pragma once
 
+#include <utility>
+
 #include <cute/tensor.hpp>
 
 #include "cuda/common/variants.cuh"
@@ -24,20 +26,48 @@ __device__ __forceinline__ int key_tiles_end(const FwdParams& p, int m_block) {
   return (keys + Cfg::kBlockN - 1) / Cfg::kBlockN;
 }
 
+// The producers' TMA views: built once, then partitioned per work tile
+// into (gmem, smem) pairs: Q's tile; K's and V's by key tile and ring stage.
+template <class Cfg>
+struct FwdLoadViews {
+  static constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kHeadDim = Cfg::kHeadDim;
+  using SQ = decltype(make_tensor(make_smem_ptr(static_cast<typename Cfg::Element*>(nullptr)), typename Cfg::SmemLayoutQ{}));
+  using SKV = decltype(make_tensor(make_smem_ptr(static_cast<typename Cfg::Element*>(nullptr)), typename Cfg::SmemLayoutKV{}));
+  SQ sQ;
+  SKV sK, sV;
+  decltype(std::declval<typename Cfg::TmaQ const&>().get_tma_tensor(gmem_shape(0, 0, 0, 0))) mQ;
+  decltype(std::declval<typename Cfg::TmaKV const&>().get_tma_tensor(gmem_shape(0, 0, 0, 0))) mK, mV;
+  int group;
+
+  __device__ __forceinline__ FwdLoadViews(const FwdKernelParams<Cfg>& kp, typename Cfg::SharedStorage& ss)
+      : sQ(make_tensor(make_smem_ptr(ss.q.data()), typename Cfg::SmemLayoutQ{})),
+        sK(make_tensor(make_smem_ptr(ss.k.data()), typename Cfg::SmemLayoutKV{})),
+        sV(make_tensor(make_smem_ptr(ss.v.data()), typename Cfg::SmemLayoutKV{})),
+        mQ(kp.tma_q.get_tma_tensor(gmem_shape(kp.p.seqlen_q, kp.p.head_dim, kp.p.heads_q, kp.p.batch))),
+        mK(kp.tma_k.get_tma_tensor(gmem_shape(kp.p.seqlen_k, kp.p.head_dim, kp.p.heads_kv, kp.p.batch))),
+        mV(kp.tma_v.get_tma_tensor(gmem_shape(kp.p.seqlen_k, kp.p.head_dim, kp.p.heads_kv, kp.p.batch))),
+        group(kp.p.heads_q / kp.p.heads_kv) {}
+
+  __device__ __forceinline__ auto q(const FwdKernelParams<Cfg>& kp, const TileCoord& c) const {
+    Tensor gQ = local_tile(mQ(_, _, c.head, c.batch), Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(c.tile, _0{}));
+    return tma_partition(kp.tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
+  }
+  __device__ __forceinline__ auto k(const FwdKernelParams<Cfg>& kp, const TileCoord& c) const {
+    Tensor gK = local_tile(mK(_, _, c.head / group, c.batch), Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));
+    return tma_partition(kp.tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+  }
+  __device__ __forceinline__ auto v(const FwdKernelParams<Cfg>& kp, const TileCoord& c) const {
+    Tensor gV = local_tile(mV(_, _, c.head / group, c.batch), Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));
+    return tma_partition(kp.tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
+  }
+};
+
 template <class Cfg>
 __device__ __forceinline__ void fwd_produce(const FwdKernelParams<Cfg>& kp, typename Cfg::SharedStorage& ss) {
-  using Element = typename Cfg::Element;
-  constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kHeadDim = Cfg::kHeadDim;
   const FwdParams& p = kp.p;
   const TileScheduler& sched = kp.sched;
 
-  Tensor sQ = make_tensor(make_smem_ptr(ss.q.data()), typename Cfg::SmemLayoutQ{});
-  Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), typename Cfg::SmemLayoutKV{});
-  Tensor sV = make_tensor(make_smem_ptr(ss.v.data()), typename Cfg::SmemLayoutKV{});
-  Tensor mQ = kp.tma_q.get_tma_tensor(gmem_shape(p.seqlen_q, p.head_dim, p.heads_q, p.batch));
-  Tensor mK = kp.tma_k.get_tma_tensor(gmem_shape(p.seqlen_k, p.head_dim, p.heads_kv, p.batch));
-  Tensor mV = kp.tma_v.get_tma_tensor(gmem_shape(p.seqlen_k, p.head_dim, p.heads_kv, p.batch));
-  const int group = p.heads_q / p.heads_kv;
+  const FwdLoadViews<Cfg> views(kp, ss);
 
   RingState<Cfg::kStages> k_ring, v_ring;
   k_ring.phase = v_ring.phase = 1u;  // buffers start free
@@ -50,13 +80,8 @@ __device__ __forceinline__ void fwd_produce(const FwdKernelParams<Cfg>& kp, type
       break;
     }
     const TileCoord c = sched.coord(t);
-    const int head_kv = c.head / group;
-    Tensor gQ = local_tile(mQ(_, _, c.head, c.batch), Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(c.tile, _0{}));
-    Tensor gK = local_tile(mK(_, _, head_kv, c.batch), Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));
-    Tensor gV = local_tile(mV(_, _, head_kv, c.batch), Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));
-    auto q_part = tma_partition(kp.tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
-    auto k_part = tma_partition(kp.tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
-    auto v_part = tma_partition(kp.tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
+    auto q_part = views.q(kp, c);
+    auto k_part = views.k(kp, c), v_part = views.v(kp, c);
     auto& tKg = get<0>(k_part);  // (TMA, key tile)
     auto& tKs = get<1>(k_part);  // (TMA, stage)
     auto& tVg = get<0>(v_part);
@@ -93,17 +118,11 @@ __device__ __forceinline__ void fwd_produce(const FwdKernelParams<Cfg>& kp, type
 template <class Cfg>
 __device__ __forceinline__ void fwd_produce_variants(const FwdKernelParams<Cfg>& kp, typename Cfg::SharedStorage& ss,
                                                      int lane) {
-  constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kHeadDim = Cfg::kHeadDim;
+  constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN;
   const FwdParams& p = kp.p;
   const TileScheduler& sched = kp.sched;
 
-  Tensor sQ = make_tensor(make_smem_ptr(ss.q.data()), typename Cfg::SmemLayoutQ{});
-  Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), typename Cfg::SmemLayoutKV{});
-  Tensor sV = make_tensor(make_smem_ptr(ss.v.data()), typename Cfg::SmemLayoutKV{});
-  Tensor mQ = kp.tma_q.get_tma_tensor(gmem_shape(p.seqlen_q, p.head_dim, p.heads_q, p.batch));
-  Tensor mK = kp.tma_k.get_tma_tensor(gmem_shape(p.seqlen_k, p.head_dim, p.heads_kv, p.batch));
-  Tensor mV = kp.tma_v.get_tma_tensor(gmem_shape(p.seqlen_k, p.head_dim, p.heads_kv, p.batch));
-  const int group = p.heads_q / p.heads_kv;
+  const FwdLoadViews<Cfg> views(kp, ss);
 
   RingState<Cfg::kStages> k_ring, v_ring;
   k_ring.phase = v_ring.phase = 1u;  // buffers start free
@@ -118,13 +137,8 @@ __device__ __forceinline__ void fwd_produce_variants(const FwdKernelParams<Cfg>&
       break;
     }
     const TileCoord c = sched.coord(t);
-    const int head_kv = c.head / group;
-    Tensor gQ = local_tile(mQ(_, _, c.head, c.batch), Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(c.tile, _0{}));
-    Tensor gK = local_tile(mK(_, _, head_kv, c.batch), Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));
-    Tensor gV = local_tile(mV(_, _, head_kv, c.batch), Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));
-    auto q_part = tma_partition(kp.tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
-    auto k_part = tma_partition(kp.tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
-    auto v_part = tma_partition(kp.tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
+    auto q_part = views.q(kp, c);
+    auto k_part = views.k(kp, c), v_part = views.v(kp, c);
     auto& tKg = get<0>(k_part);
     auto& tKs = get<1>(k_part);
     auto& tVg = get<0>(v_part);
