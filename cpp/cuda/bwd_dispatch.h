@@ -51,7 +51,7 @@ cudaError_t run_bwd_sm90_masks_hdim(const BwdParams& params, BwdLaunchFlags flag
 template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_sm90_logits_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream);
 
-// Same for head dim 256 (sm90/bwd_wide_kernel.cuh: the warpgroups split the
+// Same for head dim 256 (sm90/bwd_wide_config.cuh: the warpgroups split the
 // head dim; instantiations/bwd_sm90_hdim256_*.cu), in both modes: in
 // deterministic mode it makes dK and dV alone and run_bwd_dq_hdim dQ.
 template <DType kDType, int kHeadDim>

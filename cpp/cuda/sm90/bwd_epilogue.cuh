@@ -1,5 +1,5 @@
 // The consumer warpgroups' part of the Hopper backward kernels
-// (sm90/bwd_kernel.cuh, sm90/bwd_wide_kernel.cuh): run the mainloop over the
+// (sm90/bwd_kernel.cuh, both configurations): run the mainloop over the
 // CTA's steps, then the dK / dV epilogue, the fp32 accumulators (keys as
 // rows: both compute the key-major products, S^T = K Q^T) to the 16-bit
 // outputs.

@@ -2,11 +2,15 @@
 // or causal, GQA, any sequence lengths), the masks-only variants
 // (Cfg::kMasks, bwd_masks.cuh) and the logit transforms on top of them
 // (Cfg::kLogits, bwd_logits.cuh), atomic-free within a CTA and with dQ
-// reduced by whole tiles: FlashAttention-3's shape.
+// reduced by whole tiles: FlashAttention-3's shape. The kernel assigns the
+// warp roles:
 // - Warpgroup 0 gives up registers (setmaxnreg). Its warp 0 is the
 //   producer (bwd_producer.cuh); its warp 1 is the dQ writer (bwd_dq.cuh).
 // - Warpgroups 1 and 2 are the consumers, 64 keys each of the CTA's 128
 //   (bwd_mainloop.cuh); they store dK and dV at the end.
+// Cfg::kWide (BwdWideConfig, head dim 256): the consumers share 64 keys and
+// split the head dim (bwd_wide_mainloop.cuh) and add dQ themselves, so warp
+// 0 (bwd_produce_wide, with its own dO ring) is warpgroup 0's only role.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -19,6 +23,7 @@
 #include "cuda/sm90/bwd_params.cuh"
 #include "cuda/sm90/bwd_producer.cuh"
 #include "cuda/sm90/bwd_scheduler.cuh"
+#include "cuda/sm90/bwd_wide_mainloop.cuh"
 #include "cuda/sm90/pipeline.cuh"
 
 namespace jax_flash::cuda::sm90 {
@@ -44,6 +49,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_ws_kernel(const __grid_c
       barrier_init(ss.full[s], 32);  // the producer warp's lanes
       barrier_init(ss.empty[s], Cfg::kConsumerThreads);
     }
+    if constexpr (Cfg::kWide) {
+#pragma unroll
+      for (int s = 0; s < Cfg::kDoStages; ++s) {
+        barrier_init(ss.do_full[s], 1);
+        barrier_init(ss.do_empty[s], Cfg::kConsumerThreads);
+      }
+    }
     cutlass::arch::fence_barrier_init();
   }
   __syncthreads();
@@ -61,12 +73,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_ws_kernel(const __grid_c
   if (warpgroup == 0) {
     cutlass::arch::warpgroup_reg_dealloc<Cfg::kProducerRegs>();
     const int warp = tid / 32;
-    if (warp == 0) bwd_produce<Cfg>(kp, ss, w, tid % 32);
-    if (warp == 1) bwd_write_dq<Cfg>(kp, ss, w, tid % 32);
+    if constexpr (Cfg::kWide) {
+      if (warp == 0) bwd_produce_wide<Cfg>(kp, ss, w, tid % 32);
+    } else {
+      if (warp == 0) bwd_produce<Cfg>(kp, ss, w, tid % 32);
+      if (warp == 1) bwd_write_dq<Cfg>(kp, ss, w, tid % 32);
+    }
     return;
   }
   cutlass::arch::warpgroup_reg_alloc<Cfg::kConsumerRegs>();
-  bwd_consume<BwdMainloop<Cfg>>(kp, ss, w, tid - 128);
+  if constexpr (Cfg::kWide)
+    bwd_consume<BwdWideMainloop<Cfg>>(kp, ss, w, tid - 128);
+  else
+    bwd_consume<BwdMainloop<Cfg>>(kp, ss, w, tid - 128);
 #else
 #if defined(__CUDA_ARCH__)
   __trap();  // not built for sm_90a: the host never launches this

@@ -13,7 +13,6 @@
 #include "cuda/bwd_dispatch.h"
 #include "cuda/common/bwd_rows.cuh"  // launch_preprocess, rows_vec_ok, ElementOf
 #include "cuda/sm90/bwd_kernel.cuh"
-#include "cuda/sm90/bwd_wide_kernel.cuh"
 #include "cuda/sm90/ready.h"
 #include "cuda/common/tile_order.h"
 
@@ -64,12 +63,7 @@ cudaError_t launch_bwd_ws(const BwdParams& p, BwdLaunchFlags flags, int rotate, 
   }
   if (!bwd::rows_vec_ok(p.o, p.head_dim, p.o_batch_stride, p.o_row_stride, p.o_head_stride))
     return cudaErrorNotSupported;
-  auto* kernel = [] {
-    if constexpr (Cfg::kWide)
-      return &bwd_wide_kernel<Cfg>;
-    else
-      return &bwd_ws_kernel<Cfg>;
-  }();
+  auto* kernel = &bwd_ws_kernel<Cfg>;
   static std::atomic<unsigned long long> ready{0};
   if (!sm90_kernel_ready(kernel, Cfg::kSmemBytes, ready)) return cudaErrorNotSupported;
   static_assert(kBwdRowPad % M == 0);

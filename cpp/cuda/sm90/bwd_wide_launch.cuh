@@ -1,5 +1,5 @@
 // Host side of the wide-head (head dim 256) warp-specialised Hopper
-// backward (sm90/bwd_wide_kernel.cuh): its configurations, launched by
+// backward (bwd_wide_config.cuh): its configurations, launched by
 // launch_bwd_ws (bwd_launch.cuh). In deterministic mode the kernel makes dK
 // and dV alone and the SM80 atomic-free dQ kernel dQ. Included only by
 // instantiations/bwd_sm90_hdim256_*.cu.
