@@ -117,20 +117,47 @@ def _result(shape, dtype, like):
     return jax.ShapeDtypeStruct(shape, dtype)
 
 
+def _fwd_scratch_ints(q, k, mask: Mask, extras: Extras) -> int:
+    """int32 scratch per leading-batch element for the CUDA forward: the tile
+    scheduler's work counter; for float32 plain attention at head dims 33-128
+    (multiples of 4), also the Hopper TF32 kernel's rounded K and transposed
+    V copies (cpp/cuda/sm90/tf32_operands.cuh: K, and V^T with the keys
+    padded to whole groups of eight, each region 256 B aligned: 64 ints of
+    slack per region cover the round-ups over the whole batch)."""
+    sk, hkv, d = k.shape[-3:]
+    plain = extras.present() == 0 and mask._replace(causal=False, f32_full=False) == Mask()
+    if jnp.dtype(q.dtype) != jnp.dtype(jnp.float32) or not plain or d % 4 or not 32 < d <= 128:
+        return 1
+    return hkv * d * (sk + -(-sk // 8) * 8) + 3 * 64
+
+
 def ffi_fwd(q, k, v, scale: float, causal, extras: Extras = NO_EXTRAS):
     """The forward custom call; `causal` is a Mask or a plain causal flag;
     `extras` the optional operands (appended after q, k, v in FFI order)."""
-    out_types = (
-        _result(q.shape, q.dtype, q),
-        _result(_lse_shape(q), jnp.float32, q),
-        # Scratch for the CUDA kernel's tile scheduler (a work counter), an
-        # extra discarded output as the backward's workspace is.
-        _result(q.shape[:-3] + (1,), jnp.int32, q),
-    )
-    call = jax.ffi.ffi_call(_ffi.FWD_TARGET, out_types, vmap_method="broadcast_all")
-    o, lse, _scratch = call(q, k, v, *extras.arrays(), scale=np.float32(scale),
-                            optional_inputs=np.int64(extras.present()), **Mask.of(causal).ffi_attrs())
-    return o, lse
+    mask = Mask.of(causal)
+
+    def with_scratch(ints):
+        def run(q, k, v, *aux):
+            out_types = (
+                _result(q.shape, q.dtype, q),
+                _result(_lse_shape(q), jnp.float32, q),
+                # Scratch for the CUDA kernels (_fwd_scratch_ints), an extra
+                # discarded output as the backward's workspace is.
+                _result(q.shape[:-3] + (ints,), jnp.int32, q),
+            )
+            call = jax.ffi.ffi_call(_ffi.FWD_TARGET, out_types, vmap_method="broadcast_all")
+            o, lse, _scratch = call(q, k, v, *aux, scale=np.float32(scale),
+                                    optional_inputs=np.int64(extras.present()), **mask.ffi_attrs())
+            return o, lse
+
+        return run
+
+    ints = _fwd_scratch_ints(q, k, mask, extras)
+    if ints == 1:
+        return with_scratch(1)(q, k, v, *extras.arrays())
+    # The CPU kernel ignores the scratch: one int a batch element there.
+    return jax.lax.platform_dependent(q, k, v, *extras.arrays(), cpu=with_scratch(1),
+                                      default=with_scratch(ints))
 
 
 def _kernel_head_dim(d: int, variants: bool) -> int:

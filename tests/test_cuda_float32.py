@@ -136,6 +136,12 @@ def _jax_nn(causal):
         (1, 97, 97, 2, 2, 256),
         (1, 150, 150, 4, 2, 80),
         (1, 61, 70, 2, 1, 33),
+        # The Hopper TF32 wgmma forward (head dims 33-128, multiples of 4):
+        # batches and GQA groups through the K / V^T copies, keys not whole
+        # groups of eight, a zero-padded head dim, several work tiles.
+        (3, 300, 517, 6, 2, 64),
+        (1, 1000, 1021, 2, 2, 96),
+        (2, 130, 9, 4, 1, 128),
     ],
 )
 def test_float32_matches_float64_no_worse_than_xla(b, sq, sk, hq, hkv, d, causal):

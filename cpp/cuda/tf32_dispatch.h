@@ -20,13 +20,21 @@ bool tf32_supports(int head_dim);
 
 // Enqueue the float32 forward / backward on `stream` (no synchronisation).
 // cudaErrorInvalidValue for sizes or head dims these kernels do not take.
-cudaError_t run_fwd_tf32(const FwdParams& params, cudaStream_t stream);
+// The forward's scratch (tf32_fwd_scratch_bytes of it) lets plain attention
+// at head dims 33-128 run the Hopper TF32 wgmma kernel on an H100; with
+// less, or elsewhere, the mma.sync kernels run.
+size_t tf32_fwd_scratch_bytes(const FwdParams& params);
+cudaError_t run_fwd_tf32(const FwdParams& params, void* scratch, size_t scratch_bytes, cudaStream_t stream);
 size_t bwd_workspace_bytes_tf32(const BwdParams& params);
 cudaError_t run_bwd_tf32(const BwdParams& params, cudaStream_t stream);
 
 // Per head dim (tf32/instantiations/*_tf32.cu); vec: 16 B copies legal.
 template <int kHeadDim>
 cudaError_t run_fwd_tf32_hdim(const FwdParams& params, bool vec, cudaStream_t stream);
+// Hopper TF32 wgmma forward (fwd_sm90_hdim*_tf32.cu, sm_90a builds): plain
+// attention; cudaErrorNotSupported when it cannot run here.
+template <int kHeadDim>
+cudaError_t run_fwd_sm90_tf32_hdim(const FwdParams& params, void* scratch, cudaStream_t stream);
 template <int kHeadDim>
 cudaError_t run_bwd_tf32_hdim(const BwdParams& params, bool vec, cudaStream_t stream);
 

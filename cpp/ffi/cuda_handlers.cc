@@ -71,8 +71,11 @@ ffi::Error FwdCuda(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi:
     return e;
   if (!same_shape(q, *o)) return mismatch("o must be shaped like q", q, *o);
   if (auto e = check_supported(p, f32_full); e.failure()) return e;
+  // float32: the scratch also holds the Hopper TF32 kernel's K / V copies
+  // (sized by the Python side; smaller scratch runs the mma.sync kernel).
   if (p.dtype == DType::kFloat32)
-    return from_cuda(cuda::run_fwd_tf32(p, stream), "jax_flash float32 forward launch");
+    return from_cuda(cuda::run_fwd_tf32(p, scratch->untyped_data(), scratch->size_bytes(), stream),
+                     "jax_flash float32 forward launch");
   if (scratch->size_bytes() >= sizeof(int32_t)) p.tile_counter = static_cast<int32_t*>(scratch->untyped_data());
   return from_cuda(cuda::run_fwd(p, stream), "jax_flash forward launch");
 }

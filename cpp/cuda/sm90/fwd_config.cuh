@@ -27,16 +27,35 @@ using namespace cute;
 // Q + stages x (K + V) under the 227 KB an SM grants one CTA.
 // Wider key tiles (d64 192, d128 176, d256 80) measured 0.74-0.99x these
 // on the H100 (bf16 and fp16 grid, one run).
-template <int D> struct FwdTile;
+// float32 (TF32, 4-byte elements) halves the keys a stage holds at d128.
+template <int D, int kBytes = 2> struct FwdTile;
 template <> struct FwdTile<64>  { static constexpr int kN = 128, kStages = 3; };  // 16 + 96 KB
 template <> struct FwdTile<128> { static constexpr int kN = 128, kStages = 2; };  // 32 + 128 KB
 template <> struct FwdTile<256> { static constexpr int kN = 64,  kStages = 2; };  // 64 + 128 KB
+template <> struct FwdTile<64, 4>  { static constexpr int kN = 128, kStages = 2; };  // 32 + 128 KB
+template <> struct FwdTile<128, 4> { static constexpr int kN = 64,  kStages = 2; };  // 64 + 128 KB
+
+// The TMA type of V's loads: K's, or (kTransposed) that of V^T's boxes.
+template <bool kTransposed, class Gmem, class SmemLayout, class Box, class TmaK>
+struct FwdTmaV { using type = TmaK; };
+template <class Gmem, class SmemLayout, class Box, class TmaK>
+struct FwdTmaV<true, Gmem, SmemLayout, Box, TmaK> {
+  using type = decltype(make_tma_copy(SM90_TMA_LOAD{}, Gmem{}, SmemLayout{}, Box{}, _1{}));
+};
 
 // kMasks: the masks-only variants (fwd_masks.cuh); kLogits (with kMasks):
 // the fwd::kLogit* bits of the logit transforms and dropout (fwd_logits.cuh).
+// Element: bfloat16_t, half_t, or tfloat32_t for float32 inputs. TF32
+// wgmmas read both operands K-major only, so V arrives transposed (the
+// launch's prep kernel, fwd_tf32_prep.cuh) and the keys of every group of
+// eight permuted to match P's register A operand (PAsALayoutTf32); q, k, v
+// and o are float32 in global memory.
 template <int kHeadDim_, class Element_, int kWarpgroups = 2, bool kMasks_ = false, int kLogits_ = 0>
 struct FwdConfig {
   using Element = Element_;
+  static constexpr bool kTf32 = std::is_same_v<Element, cutlass::tfloat32_t>;
+  using GmemElement = std::conditional_t<kTf32, float, Element>;
+  static_assert(!kTf32 || (kWarpgroups == 2 && !kMasks_), "float32: plain attention, two consumer warpgroups");
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kMasks = kMasks_;
   static constexpr int kLogits = kLogits_;
@@ -45,8 +64,8 @@ struct FwdConfig {
   static constexpr int kTransform = kLogits & (fwd::kLogitSoftcap | fwd::kLogitAlibi);
   static constexpr bool kDropout = (kLogits & fwd::kLogitDropout) != 0;
   static constexpr int kBlockM = 64 * kWarpgroups;
-  static constexpr int kBlockN = FwdTile<kHeadDim>::kN;
-  static constexpr int kStages = FwdTile<kHeadDim>::kStages;
+  static constexpr int kBlockN = FwdTile<kHeadDim, sizeof(Element)>::kN;
+  static constexpr int kStages = FwdTile<kHeadDim, sizeof(Element)>::kStages;
   static constexpr int kConsumerWarpgroups = kWarpgroups;
   static constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
   static constexpr int kThreads = 128 + kConsumerThreads;  // warpgroup 0: the TMA producer
@@ -60,35 +79,43 @@ struct FwdConfig {
   // S = Q K^T: A = Q (BM, D), B = K (BN, D), both K-major in smem.
   using TiledMmaS = decltype(make_tiled_mma(
       GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kBlockN>, Int<kHeadDim>>>(), WarpgroupsMNK{}));
-  // O += P V: A = P in registers, B = V^T (D, BN) read MN-major.
+  // O += P V: A = P in registers, B = V^T (D, BN) read MN-major (TF32:
+  // K-major, from the transposed copy).
   using TiledMmaO = decltype(make_tiled_mma(
       GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockN>>, GMMA::Major::K,
-                           GMMA::Major::MN>(),
+                           kTf32 ? GMMA::Major::K : GMMA::Major::MN>(),
       WarpgroupsMNK{}));
 
   using SmemAtom = GMMA::Layout_K_SW128_Atom<Element>;
   using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
   using SmemLayoutKV = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{}));
-  // V (BN, D, stage) seen as V^T (D, BN, stage): same bytes.
-  using SmemLayoutVt = decltype(composition(
-      SmemLayoutKV{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{}, Step<_2, _1, _3>{})));
+  // V (BN, D, stage) seen as V^T (D, BN, stage): same bytes. TF32: V^T
+  // itself, keys contiguous.
+  using SmemLayoutVt = std::conditional_t<
+      kTf32, decltype(tile_to_shape(SmemAtom{}, Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{})),
+      decltype(composition(SmemLayoutKV{},
+                           make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{}, Step<_2, _1, _3>{})))>;
 
   // Global q / k / v as TMA sees them: (rows, head_dim, heads, batch) with
   // element strides (BTNH: any row / head / batch strides, unit head_dim).
   using GmemLayout = Layout<Shape<int32_t, int32_t, int32_t, int32_t>, Stride<int64_t, _1, int64_t, int64_t>>;
-  using GmemTensor = decltype(make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemLayout{}));
+  using GmemTensor = decltype(make_tensor(make_gmem_ptr(static_cast<GmemElement const*>(nullptr)), GmemLayout{}));
   using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutQ{},
                                       Shape<Int<kBlockM>, Int<kHeadDim>>{}, _1{}));
   using TmaKV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutKV{}),
                                        Shape<Int<kBlockN>, Int<kHeadDim>>{}, _1{}));
+  // TF32: V^T's (head_dim, keys) boxes.
+  using TmaV = typename FwdTmaV<kTf32, GmemTensor, decltype(take<0, 2>(SmemLayoutVt{})),
+                                Shape<Int<kHeadDim>, Int<kBlockN>>, TmaKV>::type;
   // O leaves through shared memory (stmatrix) and a TMA store per
   // warpgroup (64 rows) where it fits beside Q and the K/V rings (d64,
   // d128); d256 stores from registers. H100 A/B (with the early Q release,
   // bf16): d128 1k 488 -> 584 TFLOP/s full, 340 -> 402 causal; d64 1k
   // 386 -> 415, 261 -> 295; 16k +1-3%.
-  static constexpr bool kSmemO = kHeadDim <= 128;
+  // (TF32 writes float32 O from registers: stmatrix moves 16-bit pairs.)
+  static constexpr bool kSmemO = kHeadDim <= 128 && !kTf32;
   using SmemLayoutOHalf = decltype(tile_to_shape(SmemAtom{}, Shape<_64, Int<kHeadDim>>{}));
-  using GmemTensorOut = decltype(make_tensor(make_gmem_ptr(static_cast<Element*>(nullptr)), GmemLayout{}));
+  using GmemTensorOut = decltype(make_tensor(make_gmem_ptr(static_cast<GmemElement*>(nullptr)), GmemLayout{}));
   using TmaO = decltype(make_tma_copy(SM90_TMA_STORE{}, GmemTensorOut{}, SmemLayoutOHalf{},
                                       Shape<_64, Int<kHeadDim>>{}, _1{}));
   // Bytes one TMA box lands (out-of-bounds rows and columns are zero-filled
@@ -99,7 +126,7 @@ struct FwdConfig {
   struct SharedStorage {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutKV>, 1024> k;
-    cute::array_aligned<Element, cute::cosize_v<SmemLayoutKV>, 1024> v;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutVt>, 1024> v;
     cute::array_aligned<Element, kSmemO ? kWarpgroups * cute::cosize_v<SmemLayoutOHalf> : 8, 1024> o;  // 64 rows a warpgroup
     // mbarriers: *_full completes when a TMA box has landed (transaction
     // bytes), *_empty when every consumer thread is done with the buffer.

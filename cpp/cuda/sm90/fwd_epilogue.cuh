@@ -18,7 +18,8 @@ namespace jax_flash::cuda::sm90 {
 using namespace cute;
 
 // acc_o: the normalised accumulator; tOc: its (row, col) in the query tile;
-// lse: per accumulator row (rows of the rowcol view).
+// lse: per accumulator row (rows of the rowcol view). Element: O's type in
+// global memory (16-bit, or float for the TF32 kernel).
 template <class Element, int kRows, class TO, class TC>
 __device__ __forceinline__ void store_o_lse(const FwdParams& p, TO const& acc_o, TC const& tOc, const float (&lse)[kRows],
                                             int row0, int head, int batch, bool with_o = true) {
@@ -35,7 +36,11 @@ __device__ __forceinline__ void store_o_lse(const FwdParams& p, TO const& acc_o,
 #pragma unroll
     for (int j = 0; j < size<1>(o); j += 2) {  // (j, j + 1): adjacent columns, adjacent registers
       const int col = get<1>(c(r, j));
-      if (col < p.head_dim) *reinterpret_cast<uint32_t*>(o_row + col) = *reinterpret_cast<const uint32_t*>(&o(r, j));
+      if (col >= p.head_dim) continue;
+      if constexpr (sizeof(Element) == 4)
+        *reinterpret_cast<float2*>(o_row + col) = make_float2(o(r, j), o(r, j + 1));
+      else
+        *reinterpret_cast<uint32_t*>(o_row + col) = *reinterpret_cast<const uint32_t*>(&o(r, j));
     }
   }
   // Lanes with column 0 own their rows' LSE.

@@ -23,6 +23,7 @@
 #include "cuda/sm90/fwd_params.cuh"
 #include "cuda/sm90/fwd_producer.cuh"
 #include "cuda/sm90/pipeline.cuh"
+#include "cuda/sm90/tf32_operands.cuh"
 
 namespace jax_flash::cuda::sm90 {
 
@@ -79,6 +80,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_ws_kernel(const __grid_c
     const int t = ss.tile_id;
     if (t < 0) break;
     const TileCoord c = sched.coord(t);
+    if constexpr (Cfg::kTf32) round_q_tf32<Cfg>(ss, mainloop.wg, mainloop.ctid % 128);
     Tensor acc_o = partition_fragment_C(mainloop.mma_o, Shape<Int<Cfg::kBlockM>, Int<Cfg::kHeadDim>>{});
     clear(acc_o);
     fwd::OnlineSoftmax<2, Cfg::kLazyRescale> softmax;
@@ -114,7 +116,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_ws_kernel(const __grid_c
       softmax.finalize(acc_o, lse, kp.scale_log2);
     }
     if constexpr (Cfg::kSmemO) store_o_tma<Cfg>(kp.tma_o, ss, p, acc_o, tOc, mainloop.wg, c.tile, c.head, c.batch);
-    store_o_lse<Element>(p, acc_o, tOc, lse, c.tile * Cfg::kBlockM, c.head, c.batch, !Cfg::kSmemO);
+    store_o_lse<typename Cfg::GmemElement>(p, acc_o, tOc, lse, c.tile * Cfg::kBlockM, c.head, c.batch, !Cfg::kSmemO);
   }
   // The last TMA store must have read shared memory before the CTA exits.
   if (Cfg::kSmemO && threadIdx.x % 128 == 0) tma_store_wait<0>();

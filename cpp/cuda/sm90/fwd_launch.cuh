@@ -13,8 +13,10 @@
 #include "cuda/common/tile_order.h"
 #include "cuda/common/variants.cuh"
 #include "cuda/fwd_dispatch.h"
+#include "cuda/tf32_dispatch.h"
 #include "cuda/sm90/fwd_kernel.cuh"
 #include "cuda/sm90/ready.h"
+#include "cuda/sm90/tf32_operands.cuh"
 
 namespace jax_flash::cuda {
 
@@ -36,9 +38,11 @@ inline int sm_count() {
   return n;
 }
 
+// TF32 (Cfg::kTf32) takes the call's scratch: the tile counter and the
+// rounded K / transposed V copies (tf32_operands.cuh), made here first.
 template <class Cfg>
-cudaError_t launch_fwd_ws(const FwdParams& p, cudaStream_t stream) {
-  using Element = typename Cfg::Element;
+cudaError_t launch_fwd_ws(const FwdParams& p, cudaStream_t stream, void* tf32_scratch = nullptr) {
+  using G = typename Cfg::GmemElement;
   static std::atomic<unsigned long long> ready{0};
   if (!sm90_kernel_ready(&fwd_ws_kernel<Cfg>, Cfg::kSmemBytes, ready)) return cudaErrorNotSupported;
   // Rows that see no key (seqlen_k == 0) are the SM80 kernel's; so is a
@@ -46,24 +50,44 @@ cudaError_t launch_fwd_ws(const FwdParams& p, cudaStream_t stream) {
   // (the SM80 kernels scale the scores first). The logit transforms put the
   // scale into the logits and take any.
   if (p.seqlen_k == 0 || !tma_ok(p) || (Cfg::kTransform == 0 && !(p.scale > 0.f))) return cudaErrorNotSupported;
+  if (Cfg::kTf32 && (tf32_scratch == nullptr || p.head_dim > Cfg::kHeadDim)) return cudaErrorNotSupported;
   const int64_t num_m = (int64_t(p.seqlen_q) + Cfg::kBlockM - 1) / Cfg::kBlockM;
   const int64_t total = num_m * p.heads_q * p.batch;
   const int sms = sm_count();
   if (total >= (int64_t(1) << 31) || sms <= 0) return cudaErrorNotSupported;
 
   FwdKernelParams<Cfg> kp;
-  auto gmem = [](const void* ptr, int rows, const FwdParams& p, int heads, int64_t row, int64_t head, int64_t batch) {
-    return make_tensor(make_gmem_ptr(static_cast<Element const*>(ptr)),
-                       make_layout(gmem_shape(rows, p.head_dim, heads, p.batch), make_stride(row, _1{}, head, batch)));
+  auto gmem = [](const void* ptr, int rows, int cols, const FwdParams& p, int heads, int64_t row, int64_t head,
+                 int64_t batch) {
+    return make_tensor(make_gmem_ptr(static_cast<G const*>(ptr)),
+                       make_layout(gmem_shape(rows, cols, heads, p.batch), make_stride(row, _1{}, head, batch)));
   };
-  kp.tma_q = make_tma_copy(SM90_TMA_LOAD{}, gmem(p.q, p.seqlen_q, p, p.heads_q, p.q_row_stride, p.q_head_stride, p.q_batch_stride),
+  kp.tma_q = make_tma_copy(SM90_TMA_LOAD{}, gmem(p.q, p.seqlen_q, p.head_dim, p, p.heads_q, p.q_row_stride, p.q_head_stride, p.q_batch_stride),
                            typename Cfg::SmemLayoutQ{}, Shape<Int<Cfg::kBlockM>, Int<Cfg::kHeadDim>>{}, _1{});
-  kp.tma_k = make_tma_copy(SM90_TMA_LOAD{}, gmem(p.k, p.seqlen_k, p, p.heads_kv, p.k_row_stride, p.k_head_stride, p.k_batch_stride),
-                           take<0, 2>(typename Cfg::SmemLayoutKV{}), Shape<Int<Cfg::kBlockN>, Int<Cfg::kHeadDim>>{}, _1{});
-  kp.tma_v = make_tma_copy(SM90_TMA_LOAD{}, gmem(p.v, p.seqlen_k, p, p.heads_kv, p.v_row_stride, p.v_head_stride, p.v_batch_stride),
-                           take<0, 2>(typename Cfg::SmemLayoutKV{}), Shape<Int<Cfg::kBlockN>, Int<Cfg::kHeadDim>>{}, _1{});
+  int32_t* counter = p.tile_counter;
+  if constexpr (Cfg::kTf32) {
+    const Tf32KvScratch layout(p);
+    char* base = static_cast<char*>(tf32_scratch);
+    float* k_copy = reinterpret_cast<float*>(base + layout.k_offset);
+    float* vt_copy = reinterpret_cast<float*>(base + layout.vt_offset);
+    counter = static_cast<int32_t*>(tf32_scratch);
+    const int keys = tf32_keys_padded(p.seqlen_k), hd = p.head_dim;
+    const dim3 prep_grid((keys + kPrepKeys - 1) / kPrepKeys, p.heads_kv, p.batch);
+    tf32_prep_kv_kernel<Cfg::kHeadDim><<<prep_grid, kPrepThreads, 0, stream>>>(p, k_copy, vt_copy);
+    if (const cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+    const int64_t kh = int64_t(p.seqlen_k) * hd, vh = int64_t(hd) * keys;
+    kp.tma_k = make_tma_copy(SM90_TMA_LOAD{}, gmem(k_copy, p.seqlen_k, hd, p, p.heads_kv, hd, kh, kh * p.heads_kv),
+                             take<0, 2>(typename Cfg::SmemLayoutKV{}), Shape<Int<Cfg::kBlockN>, Int<Cfg::kHeadDim>>{}, _1{});
+    kp.tma_v = make_tma_copy(SM90_TMA_LOAD{}, gmem(vt_copy, hd, keys, p, p.heads_kv, keys, vh, vh * p.heads_kv),
+                             take<0, 2>(typename Cfg::SmemLayoutVt{}), Shape<Int<Cfg::kHeadDim>, Int<Cfg::kBlockN>>{}, _1{});
+  } else {
+    kp.tma_k = make_tma_copy(SM90_TMA_LOAD{}, gmem(p.k, p.seqlen_k, p.head_dim, p, p.heads_kv, p.k_row_stride, p.k_head_stride, p.k_batch_stride),
+                             take<0, 2>(typename Cfg::SmemLayoutKV{}), Shape<Int<Cfg::kBlockN>, Int<Cfg::kHeadDim>>{}, _1{});
+    kp.tma_v = make_tma_copy(SM90_TMA_LOAD{}, gmem(p.v, p.seqlen_k, p.head_dim, p, p.heads_kv, p.v_row_stride, p.v_head_stride, p.v_batch_stride),
+                             take<0, 2>(typename Cfg::SmemLayoutKV{}), Shape<Int<Cfg::kBlockN>, Int<Cfg::kHeadDim>>{}, _1{});
+  }
   kp.tma_o = make_tma_copy(SM90_TMA_STORE{},
-                           make_tensor(make_gmem_ptr(static_cast<Element*>(p.o)),
+                           make_tensor(make_gmem_ptr(static_cast<G*>(p.o)),
                                        make_layout(gmem_shape(p.seqlen_q, p.head_dim, p.heads_q, p.batch),
                                                    make_stride(p.o_row_stride, _1{}, p.o_head_stride, p.o_batch_stride))),
                            typename Cfg::SmemLayoutOHalf{}, Shape<_64, Int<Cfg::kHeadDim>>{}, _1{});
@@ -74,11 +98,11 @@ cudaError_t launch_fwd_ws(const FwdParams& p, cudaStream_t stream) {
   kp.sched.batch = p.batch;
   kp.sched.causal = p.causal;
   kp.sched.group = p.causal ? fwd_order_group(int(num_m), p.heads_q, p.batch, p.seqlen_k, Cfg::kHeadDim, p.heads_kv,
-                                              int(sizeof(Element)), Cfg::kMasks && p.segment_ids())
+                                              int(sizeof(G)), Cfg::kMasks && p.segment_ids())
                             : 0;
-  kp.sched.counter = p.tile_counter;
-  if (p.tile_counter != nullptr) {
-    const cudaError_t err = cudaMemsetAsync(p.tile_counter, 0, sizeof(int32_t), stream);
+  kp.sched.counter = counter;
+  if (counter != nullptr) {
+    const cudaError_t err = cudaMemsetAsync(counter, 0, sizeof(int32_t), stream);
     if (err != cudaSuccess) return err;
   }
   const int grid = int(total < sms ? total : sms);
@@ -154,7 +178,20 @@ cudaError_t run_fwd_sm90_logits_hdim(const FwdParams& params, cudaStream_t strea
   return sm90::launch_fwd_ws<sm90::FwdConfig<kHeadDim, E, 2, true, fwd::kLogitSoftcap | fwd::kLogitAlibi>>(params, stream);
 }
 
+// Float32 plain attention on TF32 wgmmas, head dims up to kHeadDim (64,
+// 128); `scratch` holds tf32_fwd_scratch_bytes. cudaErrorNotSupported as
+// for run_fwd_sm90_hdim (the caller then runs the mma.sync TF32 kernel).
+template <int kHeadDim>
+cudaError_t run_fwd_sm90_tf32_hdim(const FwdParams& params, void* scratch, cudaStream_t stream) {
+  if (!params.plain_mask()) return cudaErrorNotSupported;
+  return sm90::launch_fwd_ws<sm90::FwdConfig<kHeadDim, cutlass::tfloat32_t>>(params, stream, scratch);
+}
+
 }  // namespace jax_flash::cuda
+
+#define JAX_FLASH_INSTANTIATE_FWD_SM90_TF32(HDIM)                                      \
+  template cudaError_t jax_flash::cuda::run_fwd_sm90_tf32_hdim<HDIM>(const jax_flash::FwdParams&, void*, \
+                                                                    cudaStream_t);
 
 #define JAX_FLASH_INSTANTIATE_FWD_SM90_MASKS(DTYPE, HDIM)                                      \
   template cudaError_t jax_flash::cuda::run_fwd_sm90_masks_hdim<jax_flash::DType::DTYPE, HDIM>( \

@@ -78,7 +78,7 @@ struct FwdMainloop {
         fwd::apply_mask(acc_s, tSc, row0, col0, p.seqlen_k, p.causal);
     };
     using AccS = decltype(partition_fragment_C(mma_s, Shape<Int<kBlockM>, Int<kBlockN>>{}));
-    using FragP = decltype(make_tensor<Element>(fwd::PAsALayout<kBlockN>{}));
+    using FragP = decltype(make_tensor<Element>(fwd::PAsALayoutOf<Element, kBlockN>{}));
     FragP tOrP;
     float corr[kRows];
 
@@ -99,7 +99,7 @@ struct FwdMainloop {
       fwd::softmax_step(softmax, acc_s, corr, scale_log2);  // O is still 0: no rescale
       Tensor rP = fwd::convert_regs<Element>(acc_s);
 #pragma unroll
-      for (int i = 0; i < size(tOrP); ++i) tOrP(i) = rP(i);
+      for (int i = 0; i < size(tOrP); ++i) tOrP.data()[i] = rP(i);  // storage order
     }
     for (--n; n >= 0; --n) {
       barrier_wait(ss.k_full[k_ring.index], k_ring.phase);
@@ -123,7 +123,7 @@ struct FwdMainloop {
       fwd::rescale_rows(acc_o, corr, moved);
       Tensor rP = fwd::convert_regs<Element>(acc_s);
 #pragma unroll
-      for (int i = 0; i < size(tOrP); ++i) tOrP(i) = rP(i);
+      for (int i = 0; i < size(tOrP); ++i) tOrP.data()[i] = rP(i);  // storage order
     }
     // P(0) V(0).
     barrier_wait(ss.v_full[v_ring.index], v_ring.phase);
@@ -165,7 +165,7 @@ struct FwdMainloop {
     FwdTileMasks<kBlockN> masks;
     masks.init(p, var, c.batch, row0, tSc, tSc0);
     using AccS = decltype(partition_fragment_C(mma_s, Shape<Int<kBlockM>, Int<kBlockN>>{}));
-    using FragP = decltype(make_tensor<Element>(fwd::PAsALayout<kBlockN>{}));
+    using FragP = decltype(make_tensor<Element>(fwd::PAsALayoutOf<Element, kBlockN>{}));
     FragP tOrP;
     float corr[kRows];
     // Logits and masks of tile n; returns apply_logits' shift.
@@ -202,7 +202,7 @@ struct FwdMainloop {
       softmax_drop(n, acc_s, shift);  // O is still 0: no rescale
       Tensor rP = fwd::convert_regs<Element>(acc_s);
 #pragma unroll
-      for (int i = 0; i < size(tOrP); ++i) tOrP(i) = rP(i);
+      for (int i = 0; i < size(tOrP); ++i) tOrP.data()[i] = rP(i);  // storage order
     }
     while (!(flags & kStepLast)) {
       barrier_wait(ss.k_full[k_ring.index], k_ring.phase);
@@ -229,7 +229,7 @@ struct FwdMainloop {
       fwd::rescale_rows(acc_o, corr, moved);
       Tensor rP = fwd::convert_regs<Element>(acc_s);
 #pragma unroll
-      for (int i = 0; i < size(tOrP); ++i) tOrP(i) = rP(i);
+      for (int i = 0; i < size(tOrP); ++i) tOrP.data()[i] = rP(i);  // storage order
     }
     // The last tile's P V.
     barrier_wait(ss.v_full[v_ring.index], v_ring.phase);

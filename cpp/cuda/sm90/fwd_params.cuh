@@ -12,7 +12,8 @@ namespace jax_flash::cuda::sm90 {
 template <class Cfg>
 struct FwdKernelParams {
   typename Cfg::TmaQ tma_q;
-  typename Cfg::TmaKV tma_k, tma_v;
+  typename Cfg::TmaKV tma_k;
+  typename Cfg::TmaV tma_v;
   typename Cfg::TmaO tma_o;
   FwdParams p;
   float scale_log2;  // scale * log2(e)

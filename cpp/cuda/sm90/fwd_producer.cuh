@@ -15,6 +15,7 @@
 #include "cuda/sm90/fwd_masks.cuh"
 #include "cuda/sm90/fwd_params.cuh"
 #include "cuda/sm90/pipeline.cuh"
+#include "cuda/sm90/tf32_operands.cuh"  // tf32_keys_padded
 
 namespace jax_flash::cuda::sm90 {
 
@@ -33,19 +34,30 @@ struct FwdLoadViews {
   static constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kHeadDim = Cfg::kHeadDim;
   using SQ = decltype(make_tensor(make_smem_ptr(static_cast<typename Cfg::Element*>(nullptr)), typename Cfg::SmemLayoutQ{}));
   using SKV = decltype(make_tensor(make_smem_ptr(static_cast<typename Cfg::Element*>(nullptr)), typename Cfg::SmemLayoutKV{}));
+  // V's stages as loaded: (BN, D), or TF32's V^T (D, BN).
+  using SLayoutV = std::conditional_t<Cfg::kTf32, typename Cfg::SmemLayoutVt, typename Cfg::SmemLayoutKV>;
+  using SV = decltype(make_tensor(make_smem_ptr(static_cast<typename Cfg::Element*>(nullptr)), SLayoutV{}));
   SQ sQ;
-  SKV sK, sV;
+  SKV sK;
+  SV sV;
   decltype(std::declval<typename Cfg::TmaQ const&>().get_tma_tensor(gmem_shape(0, 0, 0, 0))) mQ;
-  decltype(std::declval<typename Cfg::TmaKV const&>().get_tma_tensor(gmem_shape(0, 0, 0, 0))) mK, mV;
+  decltype(std::declval<typename Cfg::TmaKV const&>().get_tma_tensor(gmem_shape(0, 0, 0, 0))) mK;
+  decltype(std::declval<typename Cfg::TmaV const&>().get_tma_tensor(gmem_shape(0, 0, 0, 0))) mV;
   int group;
+
+  // TF32: V^T is (head_dim rows, keys padded to whole groups of eight).
+  static __device__ __forceinline__ auto v_shape(const FwdParams& p) {
+    if constexpr (Cfg::kTf32) return gmem_shape(p.head_dim, tf32_keys_padded(p.seqlen_k), p.heads_kv, p.batch);
+    else return gmem_shape(p.seqlen_k, p.head_dim, p.heads_kv, p.batch);
+  }
 
   __device__ __forceinline__ FwdLoadViews(const FwdKernelParams<Cfg>& kp, typename Cfg::SharedStorage& ss)
       : sQ(make_tensor(make_smem_ptr(ss.q.data()), typename Cfg::SmemLayoutQ{})),
         sK(make_tensor(make_smem_ptr(ss.k.data()), typename Cfg::SmemLayoutKV{})),
-        sV(make_tensor(make_smem_ptr(ss.v.data()), typename Cfg::SmemLayoutKV{})),
+        sV(make_tensor(make_smem_ptr(ss.v.data()), SLayoutV{})),
         mQ(kp.tma_q.get_tma_tensor(gmem_shape(kp.p.seqlen_q, kp.p.head_dim, kp.p.heads_q, kp.p.batch))),
         mK(kp.tma_k.get_tma_tensor(gmem_shape(kp.p.seqlen_k, kp.p.head_dim, kp.p.heads_kv, kp.p.batch))),
-        mV(kp.tma_v.get_tma_tensor(gmem_shape(kp.p.seqlen_k, kp.p.head_dim, kp.p.heads_kv, kp.p.batch))),
+        mV(kp.tma_v.get_tma_tensor(v_shape(kp.p))),
         group(kp.p.heads_q / kp.p.heads_kv) {}
 
   __device__ __forceinline__ auto q(const FwdKernelParams<Cfg>& kp, const TileCoord& c) const {
@@ -57,8 +69,13 @@ struct FwdLoadViews {
     return tma_partition(kp.tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
   }
   __device__ __forceinline__ auto v(const FwdKernelParams<Cfg>& kp, const TileCoord& c) const {
-    Tensor gV = local_tile(mV(_, _, c.head / group, c.batch), Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));
-    return tma_partition(kp.tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
+    if constexpr (Cfg::kTf32) {
+      Tensor gV = local_tile(mV(_, _, c.head / group, c.batch), Shape<Int<kHeadDim>, Int<kBlockN>>{}, make_coord(_0{}, _));
+      return tma_partition(kp.tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
+    } else {
+      Tensor gV = local_tile(mV(_, _, c.head / group, c.batch), Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));
+      return tma_partition(kp.tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
+    }
   }
 };
 
@@ -81,7 +98,8 @@ __device__ __forceinline__ void fwd_produce(const FwdKernelParams<Cfg>& kp, type
     }
     const TileCoord c = sched.coord(t);
     auto q_part = views.q(kp, c);
-    auto k_part = views.k(kp, c), v_part = views.v(kp, c);
+    auto k_part = views.k(kp, c);
+    auto v_part = views.v(kp, c);
     auto& tKg = get<0>(k_part);  // (TMA, key tile)
     auto& tKs = get<1>(k_part);  // (TMA, stage)
     auto& tVg = get<0>(v_part);
@@ -138,7 +156,8 @@ __device__ __forceinline__ void fwd_produce_variants(const FwdKernelParams<Cfg>&
     }
     const TileCoord c = sched.coord(t);
     auto q_part = views.q(kp, c);
-    auto k_part = views.k(kp, c), v_part = views.v(kp, c);
+    auto k_part = views.k(kp, c);
+    auto v_part = views.v(kp, c);
     auto& tKg = get<0>(k_part);
     auto& tKs = get<1>(k_part);
     auto& tVg = get<0>(v_part);

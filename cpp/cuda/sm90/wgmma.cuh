@@ -3,6 +3,8 @@
 // register A operand of the next wgmma.
 #pragma once
 
+#include <type_traits>
+
 #include <cute/tensor.hpp>
 #include <cute/atom/mma_atom.hpp>
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
@@ -19,6 +21,21 @@ using namespace cute;
 template <int kBlockN>
 using PAsALayout = Layout<Shape<Shape<_2, _2, _2>, _1, Int<kBlockN / 16>>,
                           Stride<Stride<_1, _2, _4>, _0, _8>>;
+
+// TF32 (m64nNk8): an A fragment holds (row, k) = (g, t), (g + 8, t),
+// (g, t + 4), (g + 8, t + 4), the accumulator's n8 block (g, 2t),
+// (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1). Read in place with the two
+// value bits swapped, A's k = t holds key 2t and k = t + 4 key 2t + 1: the
+// B operand's keys must come in that order within every group of eight
+// (0, 2, 4, 6, 1, 3, 5, 7), which the transposed V copy provides. The sum
+// over k does not care about its order.
+template <int kBlockN>
+using PAsALayoutTf32 = Layout<Shape<Shape<_2, _2>, _1, Int<kBlockN / 8>>, Stride<Stride<_2, _1>, _0, _4>>;
+
+// The register A operand P of O += P V, per element type; its storage is the
+// S accumulator's, element for element.
+template <class Element, int kBlockN>
+using PAsALayoutOf = std::conditional_t<sizeof(Element) == 4, PAsALayoutTf32<kBlockN>, PAsALayout<kBlockN>>;
 
 // Issue acc (+)= A B over all k16 slices as one wgmma batch (not waited on).
 // kRegA: A is a register fragment (RS), else smem descriptors (SS).

@@ -1,11 +1,13 @@
 // Float32 entry points: argument checks, the head-dim rounding onto the
-// compiled TF32 kernels (32, 64, 128, 256) and the 16 B copy test. No
-// kernels here (tf32/instantiations/*_tf32.cu).
+// compiled TF32 kernels (32, 64, 128, 256), the choice of the Hopper wgmma
+// forward, and the 16 B copy test. No kernels here
+// (tf32/instantiations/*_tf32.cu, instantiations/fwd_sm90_hdim*_tf32.cu).
 #include <cstdint>
 #include <vector>
 
 #include "cuda/common/head_dims.h"
 #include "cuda/common/poison.h"
+#include "cuda/sm90/tf32_operands.cuh"  // Tf32KvScratch
 #include "cuda/tf32_dispatch.h"
 
 namespace jax_flash::cuda {
@@ -86,11 +88,47 @@ std::vector<int> tf32_head_dims() {
 
 bool tf32_supports(int head_dim) { return round_tf32(head_dim) != 0; }
 
-cudaError_t run_fwd_tf32(const FwdParams& p, cudaStream_t stream) {
+namespace {
+
+// Head dims the Hopper TF32 kernel serves (its instantiations: 64, 128).
+bool sm90_tf32_dim(int head_dim) {
+#if defined(JAX_FLASH_FWD_SM90)
+  const int d = round_tf32(head_dim);
+  return head_dim % 4 == 0 && (d == 64 || d == 128);
+#else
+  (void)head_dim;
+  return false;
+#endif
+}
+
+template <int D>
+cudaError_t try_fwd_sm90_tf32(const FwdParams& p, void* scratch, cudaStream_t stream) {
+#if defined(JAX_FLASH_FWD_SM90)
+  if constexpr (D == 64 || D == 128) return run_fwd_sm90_tf32_hdim<D>(p, scratch, stream);
+#endif
+  (void)p, (void)scratch, (void)stream;
+  return cudaErrorNotSupported;
+}
+
+}  // namespace
+
+size_t tf32_fwd_scratch_bytes(const FwdParams& p) {
+  if (!sm90_tf32_dim(p.head_dim) || p.batch <= 0 || p.heads_kv <= 0) return 0;
+  return sm90::Tf32KvScratch(p).bytes;
+}
+
+cudaError_t run_fwd_tf32(const FwdParams& p, void* scratch, size_t scratch_bytes, cudaStream_t stream) {
   if (p.dtype != DType::kFloat32 || !tf32_supports(p.head_dim) || !sizes_ok(p)) return cudaErrorInvalidValue;
   if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return cudaSuccess;  // nothing to write
   if (!p.q || !p.o || !p.lse || (p.seqlen_k > 0 && (!p.k || !p.v))) return cudaErrorInvalidValue;
   if (const cudaError_t err = poison_fwd_outputs(p, stream); err != cudaSuccess) return err;
+  const size_t need = tf32_fwd_scratch_bytes(p);
+  if (need > 0 && scratch != nullptr && scratch_bytes >= need && p.plain_mask()) {
+    const cudaError_t err = with_tf32_dim(p.head_dim, [&](auto d) {
+      return try_fwd_sm90_tf32<decltype(d)::value>(p, scratch, stream);
+    });
+    if (err != cudaErrorNotSupported) return err;
+  }
   const int64_t none[3] = {0, 0, 0};
   const bool vec = vec_ok(p, nullptr, none);
   return with_tf32_dim(p.head_dim, [&](auto d) { return run_fwd_tf32_hdim<decltype(d)::value>(p, vec, stream); });
