@@ -119,14 +119,15 @@ def _result(shape, dtype, like):
 
 def _fwd_scratch_ints(q, k, mask: Mask, extras: Extras) -> int:
     """int32 scratch per leading-batch element for the CUDA forward: the tile
-    scheduler's work counter; for float32 plain attention at head dims 33-128
-    (multiples of 4), also the Hopper TF32 kernel's rounded K and transposed
-    V copies (cpp/cuda/sm90/tf32_operands.cuh: K, and V^T with the keys
-    padded to whole groups of eight, each region 256 B aligned: 64 ints of
-    slack per region cover the round-ups over the whole batch)."""
+    scheduler's work counter; for float32 at head dims 33-128 (multiples of
+    4) without soft-cap, ALiBi or dropout, also the Hopper TF32 kernel's
+    rounded K and transposed V copies (cpp/cuda/sm90/tf32_operands.cuh: K,
+    and V^T with the keys padded to whole groups of eight, each region 256 B
+    aligned: 64 ints of slack per region cover the round-ups over the whole
+    batch)."""
     sk, hkv, d = k.shape[-3:]
-    plain = extras.present() == 0 and mask._replace(causal=False, f32_full=False) == Mask()
-    if jnp.dtype(q.dtype) != jnp.dtype(jnp.float32) or not plain or d % 4 or not 32 < d <= 128:
+    masks_only = mask.softcap == 0 and mask.dropout_rate == 0 and extras.alibi_slopes is None
+    if jnp.dtype(q.dtype) != jnp.dtype(jnp.float32) or not masks_only or d % 4 or not 32 < d <= 128:
         return 1
     return hkv * d * (sk + -(-sk // 8) * 8) + 3 * 64
 

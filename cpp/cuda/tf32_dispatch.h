@@ -21,8 +21,9 @@ bool tf32_supports(int head_dim);
 // Enqueue the float32 forward / backward on `stream` (no synchronisation).
 // cudaErrorInvalidValue for sizes or head dims these kernels do not take.
 // The forward's scratch (tf32_fwd_scratch_bytes of it) lets plain attention
-// at head dims 33-128 run the Hopper TF32 wgmma kernel on an H100; with
-// less, or elsewhere, the mma.sync kernels run.
+// and the masks-only variants at head dims 33-128 (multiples of 4) run the
+// Hopper TF32 wgmma kernel on an H100; with less, or elsewhere, or with
+// soft-cap, ALiBi or dropout, the mma.sync kernels run.
 size_t tf32_fwd_scratch_bytes(const FwdParams& params);
 cudaError_t run_fwd_tf32(const FwdParams& params, void* scratch, size_t scratch_bytes, cudaStream_t stream);
 size_t bwd_workspace_bytes_tf32(const BwdParams& params);
@@ -32,7 +33,8 @@ cudaError_t run_bwd_tf32(const BwdParams& params, cudaStream_t stream);
 template <int kHeadDim>
 cudaError_t run_fwd_tf32_hdim(const FwdParams& params, bool vec, cudaStream_t stream);
 // Hopper TF32 wgmma forward (fwd_sm90_hdim*_tf32.cu, sm_90a builds): plain
-// attention; cudaErrorNotSupported when it cannot run here.
+// attention and the masks-only variants; cudaErrorNotSupported when it
+// cannot run here.
 template <int kHeadDim>
 cudaError_t run_fwd_sm90_tf32_hdim(const FwdParams& params, void* scratch, cudaStream_t stream);
 template <int kHeadDim>

@@ -55,7 +55,7 @@ struct FwdConfig {
   using Element = Element_;
   static constexpr bool kTf32 = std::is_same_v<Element, cutlass::tfloat32_t>;
   using GmemElement = std::conditional_t<kTf32, float, Element>;
-  static_assert(!kTf32 || (kWarpgroups == 2 && !kMasks_), "float32: plain attention, two consumer warpgroups");
+  static_assert(!kTf32 || (kWarpgroups == 2 && kLogits_ == 0), "float32: masks only, two consumer warpgroups");
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kMasks = kMasks_;
   static constexpr int kLogits = kLogits_;

@@ -178,13 +178,16 @@ cudaError_t run_fwd_sm90_logits_hdim(const FwdParams& params, cudaStream_t strea
   return sm90::launch_fwd_ws<sm90::FwdConfig<kHeadDim, E, 2, true, fwd::kLogitSoftcap | fwd::kLogitAlibi>>(params, stream);
 }
 
-// Float32 plain attention on TF32 wgmmas, head dims up to kHeadDim (64,
-// 128); `scratch` holds tf32_fwd_scratch_bytes. cudaErrorNotSupported as
-// for run_fwd_sm90_hdim (the caller then runs the mma.sync TF32 kernel).
+// Float32 on TF32 wgmmas, head dims up to kHeadDim (64, 128): plain
+// attention and the masks-only variants; `scratch` holds
+// tf32_fwd_scratch_bytes. cudaErrorNotSupported as for run_fwd_sm90_hdim and
+// for soft-cap, ALiBi or dropout (the caller then runs the mma.sync kernel).
 template <int kHeadDim>
 cudaError_t run_fwd_sm90_tf32_hdim(const FwdParams& params, void* scratch, cudaStream_t stream) {
-  if (!params.plain_mask()) return cudaErrorNotSupported;
-  return sm90::launch_fwd_ws<sm90::FwdConfig<kHeadDim, cutlass::tfloat32_t>>(params, stream, scratch);
+  using E = cutlass::tfloat32_t;
+  if (params.plain_mask()) return sm90::launch_fwd_ws<sm90::FwdConfig<kHeadDim, E>>(params, stream, scratch);
+  if (!variant_masks_only(params)) return cudaErrorNotSupported;
+  return sm90::launch_fwd_ws<sm90::FwdConfig<kHeadDim, E, 2, true>>(params, stream, scratch);
 }
 
 }  // namespace jax_flash::cuda

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cuda/common/head_dims.h"
+#include "cuda/common/variants.cuh"  // variant_masks_only
 #include "cuda/common/poison.h"
 #include "cuda/sm90/tf32_operands.cuh"  // Tf32KvScratch
 #include "cuda/tf32_dispatch.h"
@@ -123,7 +124,7 @@ cudaError_t run_fwd_tf32(const FwdParams& p, void* scratch, size_t scratch_bytes
   if (!p.q || !p.o || !p.lse || (p.seqlen_k > 0 && (!p.k || !p.v))) return cudaErrorInvalidValue;
   if (const cudaError_t err = poison_fwd_outputs(p, stream); err != cudaSuccess) return err;
   const size_t need = tf32_fwd_scratch_bytes(p);
-  if (need > 0 && scratch != nullptr && scratch_bytes >= need && p.plain_mask()) {
+  if (need > 0 && scratch != nullptr && scratch_bytes >= need && variant_masks_only(p)) {
     const cudaError_t err = with_tf32_dim(p.head_dim, [&](auto d) {
       return try_fwd_sm90_tf32<decltype(d)::value>(p, scratch, stream);
     });
