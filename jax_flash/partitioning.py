@@ -169,7 +169,7 @@ def _kernel_head_dim(d: int, variants: bool) -> int:
     return max(padded, min(larger)) if larger else padded
 
 
-def _bwd_workspace_floats(q, deterministic: bool, variants: bool) -> int:
+def _bwd_workspace_floats(q, deterministic: bool, variants: bool, k_shape=None) -> int:
     """float32 scratch per leading-batch element for the CUDA backward: rowsum
     D = rowsum(dO * O), plus the float32 dQ accumulator (head_dim padded to the
     kernel's) in atomic mode, and in deterministic mode where the Hopper kernel
@@ -187,7 +187,15 @@ def _bwd_workspace_floats(q, deterministic: bool, variants: bool) -> int:
     which costs nothing when seqlen_q is a multiple of 128."""
     sq, hq, d = q.shape[-3:]
     if jnp.dtype(q.dtype) == jnp.dtype(jnp.float32):
-        return hq * sq  # the float32 (TF32) backward needs D alone (no dQ accumulator)
+        # The float32 (TF32) backward: D (no dQ accumulator); for plain
+        # attention at head dims 33-128 (multiples of 4) also the Hopper dQ
+        # kernel's tile counter and rounded K, V and K^T copies
+        # (cpp/cuda/sm90/tf32_operands.cuh, Tf32DqScratch; 64 floats of slack
+        # per region cover its 256 B round-ups).
+        if variants or d % 4 or not 32 < d <= 128:
+            return hq * sq
+        sk, hkv = (k_shape or q.shape)[-3], (k_shape or q.shape)[-2]
+        return hq * sq + 5 * 64 + hkv * d * (2 * sk + -(-sk // 8) * 8)
     d_pad = _kernel_head_dim(d, variants)
     rows = hq * sq * math.prod(q.shape[:-3])
     slack = 0 if rows % 64 == 0 else 128
@@ -227,7 +235,7 @@ def ffi_bwd(q, k, v, o, lse, do, scale: float, causal, deterministic: bool,
     # the CPU lowering asks for one float a batch element, not a dq-sized buffer.
     return jax.lax.platform_dependent(
         q, k, v, o, lse, do, *extras.arrays(), cpu=with_workspace(1),
-        default=with_workspace(_bwd_workspace_floats(q, deterministic, variants)))
+        default=with_workspace(_bwd_workspace_floats(q, deterministic, variants, k.shape)))
 
 
 # ---------------------------------------------------------------------------

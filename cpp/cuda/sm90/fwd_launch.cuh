@@ -72,9 +72,13 @@ cudaError_t launch_fwd_ws(const FwdParams& p, cudaStream_t stream, void* tf32_sc
     float* vt_copy = reinterpret_cast<float*>(base + layout.vt_offset);
     counter = static_cast<int32_t*>(tf32_scratch);
     const int keys = tf32_keys_padded(p.seqlen_k), hd = p.head_dim;
-    const dim3 prep_grid((keys + kPrepKeys - 1) / kPrepKeys, p.heads_kv, p.batch);
-    tf32_prep_kv_kernel<Cfg::kHeadDim><<<prep_grid, kPrepThreads, 0, stream>>>(p, k_copy, vt_copy);
-    if (const cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+    Tf32PrepArgs prep;
+    prep.x = {static_cast<const float*>(p.k), p.k_batch_stride, p.k_row_stride, p.k_head_stride, k_copy, nullptr};
+    prep.y = {static_cast<const float*>(p.v), p.v_batch_stride, p.v_row_stride, p.v_head_stride, nullptr, vt_copy};
+    prep.rows = p.seqlen_k;
+    prep.heads = p.heads_kv;
+    prep.head_dim = hd;
+    if (const cudaError_t err = launch_tf32_prep<Cfg::kHeadDim>(prep, p.batch, stream); err != cudaSuccess) return err;
     const int64_t kh = int64_t(p.seqlen_k) * hd, vh = int64_t(hd) * keys;
     kp.tma_k = make_tma_copy(SM90_TMA_LOAD{}, gmem(k_copy, p.seqlen_k, hd, p, p.heads_kv, hd, kh, kh * p.heads_kv),
                              take<0, 2>(typename Cfg::SmemLayoutKV{}), Shape<Int<Cfg::kBlockN>, Int<Cfg::kHeadDim>>{}, _1{});

@@ -1,12 +1,13 @@
-// Float32 operands of the TF32 wgmma forward. TF32 wgmmas read both
+// Float32 operands of the TF32 wgmma kernels. TF32 wgmmas read both
 // operands K-major and use the top 19 bits of each float as they are
 // (truncation), so the operands are rounded to nearest first:
-// - K: a rounded copy, and V: a rounded copy transposed to (head_dim, keys)
-//   with the keys of every group of eight in P's register order (wgmma.cuh,
-//   PAsALayoutTf32); both made by tf32_prep_kv_kernel in the call's scratch,
-//   once per call (one read and one write of K and V);
-// - Q: rounded in shared memory by the consumer warpgroup that reads it,
-//   once per work tile.
+// - the operands every work tile streams (forward: K, V; dQ kernel: K, V and
+//   K again as dQ's B): rounded copies, and for the B operand of a product
+//   over keys a rounded copy transposed to (head_dim, keys) with the keys of
+//   every group of eight in P's register order (wgmma.cuh, PAsALayoutTf32);
+//   made by tf32_prep_kernel in the call's scratch, once per call;
+// - the operands a work tile keeps (Q, dO): rounded in shared memory by the
+//   consumer warpgroup that reads them, once per work tile.
 #pragma once
 
 #include <cstddef>
@@ -37,51 +38,98 @@ struct Tf32KvScratch {
   }
 };
 
+// The dQ kernel's scratch (bytes from its start, past the backward's D
+// rows): its tile counter, then rounded K and V as [batch, heads_kv,
+// seqlen_k, head_dim] and K^T as [batch, heads_kv, head_dim, keys_padded],
+// each region 256 B aligned.
+struct Tf32DqScratch {
+  size_t counter_offset = 0, k_offset = 0, v_offset = 0, kt_offset = 0, bytes = 0;
+  explicit Tf32DqScratch(const FwdParams& p) {
+    auto up = [](size_t x) { return (x + 255) / 256 * 256; };
+    const size_t kv = size_t(p.batch) * size_t(p.heads_kv) * size_t(p.head_dim);
+    k_offset = 256;
+    v_offset = k_offset + up(sizeof(float) * kv * size_t(p.seqlen_k));
+    kt_offset = v_offset + up(sizeof(float) * kv * size_t(p.seqlen_k));
+    bytes = kt_offset + up(sizeof(float) * kv * size_t(tf32_keys_padded(p.seqlen_k)));
+  }
+};
+
 __device__ __forceinline__ float round_tf32(float x) {
   uint32_t r;
   asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
   return __uint_as_float(r);
 }
 
-// One CTA per 32 keys of one (batch, kv head): K's rows rounded as they are;
-// V's through shared memory into V^T rows of 32 permuted keys (position
-// 8a + i holds key 8a + (i < 4 ? 2i : 2(i - 4) + 1)). head_dim % 4 == 0 (the
-// TMA's 16 B rows) and head_dim <= kMaxDim.
+// Two row-major float32 operands x, y ([batch, rows, heads, head_dim] with
+// element strides, rows 16 B aligned) and the copies to make of each, any of
+// them absent (nullptr): rounded, [batch, heads, rows, head_dim] contiguous;
+// rounded and transposed, [batch, heads, head_dim, rows_padded] with the
+// rows of every group of eight in P's register order (position 8a + i holds
+// row 8a + (i < 4 ? 2i : 2(i - 4) + 1); zeros past `rows`).
+struct Tf32Operand {
+  const float* src = nullptr;
+  int64_t batch_stride = 0, row_stride = 0, head_stride = 0;
+  float* rounded = nullptr;
+  float* transposed = nullptr;
+};
+struct Tf32PrepArgs {
+  Tf32Operand x, y;
+  int rows = 0, heads = 0, head_dim = 0;
+};
+
+// One CTA per 32 rows of one (batch, head); head_dim % 4 == 0 and
+// head_dim <= kMaxDim.
 inline constexpr int kPrepKeys = 32, kPrepThreads = 256;
 
 template <int kMaxDim>
-__global__ void __launch_bounds__(kPrepThreads) tf32_prep_kv_kernel(const FwdParams p, float* k_out, float* vt_out) {
-  __shared__ float sv[kPrepKeys][kMaxDim + 1];
-  const int key0 = blockIdx.x * kPrepKeys, h = blockIdx.y, b = blockIdx.z, hd = p.head_dim;
-  const int keys_pad = tf32_keys_padded(p.seqlen_k);
-  const float* k = static_cast<const float*>(p.k) + b * p.k_batch_stride + h * p.k_head_stride;
-  const float* v = static_cast<const float*>(p.v) + b * p.v_batch_stride + h * p.v_head_stride;
-  const int64_t bh = int64_t(b) * p.heads_kv + h;
-  float* ko = k_out + bh * p.seqlen_k * hd;
-  float* vo = vt_out + bh * hd * keys_pad;
+__global__ void __launch_bounds__(kPrepThreads) tf32_prep_kernel(const Tf32PrepArgs a) {
+  __shared__ float tile[2][kPrepKeys][kMaxDim + 1];
+  const int row0 = blockIdx.x * kPrepKeys, h = blockIdx.y, b = blockIdx.z, hd = a.head_dim;
+  const int rows_pad = tf32_keys_padded(a.rows);
+  const int64_t bh = int64_t(b) * a.heads + h;
   const int chunks = hd / 4;
-  for (int i = threadIdx.x; i < kPrepKeys * chunks; i += kPrepThreads) {
-    const int r = i / chunks, c = (i % chunks) * 4, key = key0 + r;
-    float4 kx = make_float4(0.f, 0.f, 0.f, 0.f), vx = kx;
-    if (key < p.seqlen_k) {
-      kx = *reinterpret_cast<const float4*>(k + key * p.k_row_stride + c);
-      vx = *reinterpret_cast<const float4*>(v + key * p.v_row_stride + c);
-      *reinterpret_cast<float4*>(ko + int64_t(key) * hd + c) =
-          make_float4(round_tf32(kx.x), round_tf32(kx.y), round_tf32(kx.z), round_tf32(kx.w));
+  const Tf32Operand* ops[2] = {&a.x, &a.y};
+#pragma unroll
+  for (int o = 0; o < 2; ++o) {
+    const Tf32Operand& op = *ops[o];
+    if (op.src == nullptr) continue;
+    const float* src = op.src + b * op.batch_stride + h * op.head_stride;
+    for (int i = threadIdx.x; i < kPrepKeys * chunks; i += kPrepThreads) {
+      const int r = i / chunks, c = (i % chunks) * 4, row = row0 + r;
+      float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (row < a.rows) {
+        x = *reinterpret_cast<const float4*>(src + row * op.row_stride + c);
+        x = make_float4(round_tf32(x.x), round_tf32(x.y), round_tf32(x.z), round_tf32(x.w));
+        if (op.rounded) *reinterpret_cast<float4*>(op.rounded + (bh * a.rows + row) * hd + c) = x;
+      }
+      if (op.transposed) {
+        tile[o][r][c] = x.x;
+        tile[o][r][c + 1] = x.y;
+        tile[o][r][c + 2] = x.z;
+        tile[o][r][c + 3] = x.w;
+      }
     }
-    sv[r][c] = vx.x;
-    sv[r][c + 1] = vx.y;
-    sv[r][c + 2] = vx.z;
-    sv[r][c + 3] = vx.w;
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < kPrepKeys * hd; i += kPrepThreads) {
-    const int d = i / kPrepKeys, j = i % kPrepKeys;
-    if (key0 + j >= keys_pad) continue;
-    const int q = j & 7;
-    const int r = (j & ~7) + (q < 4 ? 2 * q : 2 * (q - 4) + 1);
-    vo[int64_t(d) * keys_pad + key0 + j] = round_tf32(sv[r][d]);
+#pragma unroll
+  for (int o = 0; o < 2; ++o) {
+    float* out = ops[o]->transposed;
+    if (ops[o]->src == nullptr || out == nullptr) continue;
+    out += bh * hd * rows_pad;
+    for (int i = threadIdx.x; i < kPrepKeys * hd; i += kPrepThreads) {
+      const int d = i / kPrepKeys, j = i % kPrepKeys;
+      if (row0 + j >= rows_pad) continue;
+      const int q = j & 7;
+      out[int64_t(d) * rows_pad + row0 + j] = tile[o][(j & ~7) + (q < 4 ? 2 * q : 2 * (q - 4) + 1)][d];
+    }
   }
+}
+
+template <int kMaxDim>
+cudaError_t launch_tf32_prep(const Tf32PrepArgs& a, int batch, cudaStream_t stream) {
+  const dim3 grid((tf32_keys_padded(a.rows) + kPrepKeys - 1) / kPrepKeys, a.heads, batch);
+  tf32_prep_kernel<kMaxDim><<<grid, kPrepThreads, 0, stream>>>(a);
+  return cudaGetLastError();
 }
 
 // Round this warpgroup's 64 rows of the Q tile to TF32 in place, then make

@@ -49,7 +49,7 @@ cudaError_t launch_fwd(const FwdParams& p, bool vec, cudaStream_t stream) {
 }
 
 template <int D, bool kGeneral>
-cudaError_t launch_bwd(const BwdParams& p, bool vec, cudaStream_t stream) {
+cudaError_t launch_bwd(const BwdParams& p, bool vec, void* dq_scratch, cudaStream_t stream) {
   float* dsum = static_cast<float*>(p.workspace);
   const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
   if (rows > 0) {
@@ -71,6 +71,14 @@ cudaError_t launch_bwd(const BwdParams& p, bool vec, cudaStream_t stream) {
     kernel<<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(args);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
+#if defined(JAX_FLASH_BWD_SM90)
+  if constexpr (!kGeneral && (D == 64 || D == 128)) {
+    if (p.seqlen_q > 0 && dq_scratch != nullptr) {
+      const cudaError_t err = run_bwd_dq_sm90_tf32_hdim<D>(p, dsum, dq_scratch, stream);
+      if (err != cudaErrorNotSupported) return err;
+    }
+  }
+#endif
   if (p.seqlen_q > 0) {
     using Shape = DqShape<D>;
     static std::atomic<unsigned long long> done{0};
@@ -94,9 +102,9 @@ cudaError_t run_fwd_tf32_hdim(const FwdParams& params, bool vec, cudaStream_t st
 }
 
 template <int kHeadDim>
-cudaError_t run_bwd_tf32_hdim(const BwdParams& params, bool vec, cudaStream_t stream) {
-  return variant_masks_only(params) ? tf32::launch_bwd<kHeadDim, false>(params, vec, stream)
-                                    : tf32::launch_bwd<kHeadDim, true>(params, vec, stream);
+cudaError_t run_bwd_tf32_hdim(const BwdParams& params, bool vec, void* dq_scratch, cudaStream_t stream) {
+  return variant_masks_only(params) ? tf32::launch_bwd<kHeadDim, false>(params, vec, dq_scratch, stream)
+                                    : tf32::launch_bwd<kHeadDim, true>(params, vec, nullptr, stream);
 }
 
 }  // namespace jax_flash::cuda
@@ -104,4 +112,4 @@ cudaError_t run_bwd_tf32_hdim(const BwdParams& params, bool vec, cudaStream_t st
 #define JAX_FLASH_INSTANTIATE_TF32_FWD(HDIM) \
   template cudaError_t jax_flash::cuda::run_fwd_tf32_hdim<HDIM>(const jax_flash::FwdParams&, bool, cudaStream_t);
 #define JAX_FLASH_INSTANTIATE_TF32_BWD(HDIM) \
-  template cudaError_t jax_flash::cuda::run_bwd_tf32_hdim<HDIM>(const jax_flash::BwdParams&, bool, cudaStream_t);
+  template cudaError_t jax_flash::cuda::run_bwd_tf32_hdim<HDIM>(const jax_flash::BwdParams&, bool, void*, cudaStream_t);
