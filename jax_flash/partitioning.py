@@ -188,14 +188,15 @@ def _bwd_workspace_floats(q, deterministic: bool, variants: bool, k_shape=None) 
     sq, hq, d = q.shape[-3:]
     if jnp.dtype(q.dtype) == jnp.dtype(jnp.float32):
         # The float32 (TF32) backward: D (no dQ accumulator); for plain
-        # attention at head dims 33-128 (multiples of 4) also the Hopper dQ
-        # kernel's tile counter and rounded K, V and K^T copies
-        # (cpp/cuda/sm90/tf32_operands.cuh, Tf32DqScratch; 64 floats of slack
-        # per region cover its 256 B round-ups).
+        # attention at head dims 33-128 (multiples of 4) also the Hopper
+        # kernels' tile counter and rounded K, V, Q, dO and transposed K,
+        # Q, dO copies (cpp/cuda/sm90/tf32_operands.cuh, Tf32BwdScratch; 64
+        # floats of slack per region cover its 256 B round-ups).
         if variants or d % 4 or not 32 < d <= 128:
             return hq * sq
         sk, hkv = (k_shape or q.shape)[-3], (k_shape or q.shape)[-2]
-        return hq * sq + 5 * 64 + hkv * d * (2 * sk + -(-sk // 8) * 8)
+        pad8 = lambda n: -(-n // 8) * 8  # noqa: E731
+        return hq * sq + 9 * 64 + hkv * d * (2 * sk + pad8(sk)) + 2 * hq * d * (sq + pad8(sq))
     d_pad = _kernel_head_dim(d, variants)
     rows = hq * sq * math.prod(q.shape[:-3])
     slack = 0 if rows % 64 == 0 else 128

@@ -37,13 +37,14 @@ cudaError_t run_fwd_tf32_hdim(const FwdParams& params, bool vec, cudaStream_t st
 // cannot run here.
 template <int kHeadDim>
 cudaError_t run_fwd_sm90_tf32_hdim(const FwdParams& params, void* scratch, cudaStream_t stream);
-// dq_scratch: non-null where the Hopper TF32 dQ kernel may run (plain
-// attention, head dims 33-128; Tf32DqScratch bytes past the D rows).
+// sm90_scratch: non-null where the Hopper TF32 backward may run (plain
+// attention, head dims 33-128; Tf32BwdScratch bytes past the D rows).
 template <int kHeadDim>
-cudaError_t run_bwd_tf32_hdim(const BwdParams& params, bool vec, void* dq_scratch, cudaStream_t stream);
-// Hopper TF32 wgmma dQ kernel (bwd_sm90_dq_hdim*_tf32.cu, sm_90a builds):
-// dsum = the D rows; cudaErrorNotSupported when it cannot run here.
+cudaError_t run_bwd_tf32_hdim(const BwdParams& params, bool vec, void* sm90_scratch, cudaStream_t stream);
+// Hopper TF32 wgmma backward, dK / dV and dQ kernels (bwd_sm90_hdim*_tf32.cu,
+// sm_90a builds): dsum = the D rows; cudaErrorNotSupported (nothing
+// launched) when it cannot run here.
 template <int kHeadDim>
-cudaError_t run_bwd_dq_sm90_tf32_hdim(const BwdParams& params, const float* dsum, void* scratch, cudaStream_t stream);
+cudaError_t run_bwd_sm90_tf32_hdim(const BwdParams& params, const float* dsum, void* scratch, cudaStream_t stream);
 
 }  // namespace jax_flash::cuda

@@ -38,19 +38,26 @@ struct Tf32KvScratch {
   }
 };
 
-// The dQ kernel's scratch (bytes from its start, past the backward's D
-// rows): its tile counter, then rounded K and V as [batch, heads_kv,
-// seqlen_k, head_dim] and K^T as [batch, heads_kv, head_dim, keys_padded],
-// each region 256 B aligned.
-struct Tf32DqScratch {
-  size_t counter_offset = 0, k_offset = 0, v_offset = 0, kt_offset = 0, bytes = 0;
-  explicit Tf32DqScratch(const FwdParams& p) {
+// The backward kernels' scratch (bytes from its start, past the D rows):
+// the dQ kernel's tile counter, then rounded K and V as [batch, heads_kv,
+// seqlen_k, head_dim], K^T as [batch, heads_kv, head_dim, keys_padded],
+// rounded Q and dO as [batch, heads_q, seqlen_q, head_dim], Q^T and dO^T as
+// [batch, heads_q, head_dim, rows_padded]; each region 256 B aligned.
+struct Tf32BwdScratch {
+  size_t k_offset = 0, v_offset = 0, kt_offset = 0, q_offset = 0, do_offset = 0, qt_offset = 0, dot_offset = 0,
+         bytes = 0;
+  explicit Tf32BwdScratch(const FwdParams& p) {
     auto up = [](size_t x) { return (x + 255) / 256 * 256; };
-    const size_t kv = size_t(p.batch) * size_t(p.heads_kv) * size_t(p.head_dim);
-    k_offset = 256;
-    v_offset = k_offset + up(sizeof(float) * kv * size_t(p.seqlen_k));
-    kt_offset = v_offset + up(sizeof(float) * kv * size_t(p.seqlen_k));
-    bytes = kt_offset + up(sizeof(float) * kv * size_t(tf32_keys_padded(p.seqlen_k)));
+    const size_t kv = sizeof(float) * size_t(p.batch) * size_t(p.heads_kv) * size_t(p.head_dim);
+    const size_t qo = sizeof(float) * size_t(p.batch) * size_t(p.heads_q) * size_t(p.head_dim);
+    k_offset = 256;  // [0, 256): the tile counter
+    v_offset = k_offset + up(kv * size_t(p.seqlen_k));
+    kt_offset = v_offset + up(kv * size_t(p.seqlen_k));
+    q_offset = kt_offset + up(kv * size_t(tf32_keys_padded(p.seqlen_k)));
+    do_offset = q_offset + up(qo * size_t(p.seqlen_q));
+    qt_offset = do_offset + up(qo * size_t(p.seqlen_q));
+    dot_offset = qt_offset + up(qo * size_t(tf32_keys_padded(p.seqlen_q)));
+    bytes = dot_offset + up(qo * size_t(tf32_keys_padded(p.seqlen_q)));
   }
 };
 

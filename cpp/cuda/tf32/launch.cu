@@ -137,13 +137,13 @@ cudaError_t run_fwd_tf32(const FwdParams& p, void* scratch, size_t scratch_bytes
 
 namespace {
 
-// The D rows, rounded up to 256 B; the Hopper dQ kernel's scratch follows.
+// The D rows, rounded up to 256 B; the Hopper kernels' scratch follows.
 size_t dsum_bytes(const BwdParams& p) {
   return (sizeof(float) * size_t(p.batch) * size_t(p.heads_q) * size_t(p.seqlen_q) + 255) / 256 * 256;
 }
 
-// Whether the Hopper TF32 dQ kernel may run (it is built with the forward's
-// head dims and declines unaligned rows at launch).
+// Whether the Hopper TF32 backward kernels may run (built with the
+// forward's head dims; they decline unaligned rows at launch).
 bool sm90_tf32_dq(const BwdParams& p) {
 #if defined(JAX_FLASH_BWD_SM90)
   return p.plain_mask() && p.seqlen_k > 0 && sm90_tf32_dim(p.head_dim);
@@ -158,7 +158,7 @@ bool sm90_tf32_dq(const BwdParams& p) {
 size_t bwd_workspace_bytes_tf32(const BwdParams& p) {
   if (p.batch <= 0 || p.heads_q <= 0 || p.seqlen_q <= 0) return 0;
   if (!sm90_tf32_dq(p)) return sizeof(float) * size_t(p.batch) * size_t(p.heads_q) * size_t(p.seqlen_q);  // D only
-  return dsum_bytes(p) + sm90::Tf32DqScratch(p).bytes;
+  return dsum_bytes(p) + sm90::Tf32BwdScratch(p).bytes;
 }
 
 cudaError_t run_bwd_tf32(const BwdParams& p, cudaStream_t stream) {
@@ -170,9 +170,9 @@ cudaError_t run_bwd_tf32(const BwdParams& p, cudaStream_t stream) {
   if (const cudaError_t err = poison_bwd_outputs(p, stream); err != cudaSuccess) return err;
   const int64_t do_strides[3] = {p.do_batch_stride, p.do_row_stride, p.do_head_stride};
   const bool vec = vec_ok(p, p.dout, do_strides);
-  void* dq_scratch = sm90_tf32_dq(p) ? static_cast<char*>(p.workspace) + dsum_bytes(p) : nullptr;
+  void* sm90_scratch = sm90_tf32_dq(p) ? static_cast<char*>(p.workspace) + dsum_bytes(p) : nullptr;
   return with_tf32_dim(p.head_dim,
-                       [&](auto d) { return run_bwd_tf32_hdim<decltype(d)::value>(p, vec, dq_scratch, stream); });
+                       [&](auto d) { return run_bwd_tf32_hdim<decltype(d)::value>(p, vec, sm90_scratch, stream); });
 }
 
 }  // namespace jax_flash::cuda

@@ -49,7 +49,7 @@ cudaError_t launch_fwd(const FwdParams& p, bool vec, cudaStream_t stream) {
 }
 
 template <int D, bool kGeneral>
-cudaError_t launch_bwd(const BwdParams& p, bool vec, void* dq_scratch, cudaStream_t stream) {
+cudaError_t launch_bwd(const BwdParams& p, bool vec, void* sm90_scratch, cudaStream_t stream) {
   float* dsum = static_cast<float*>(p.workspace);
   const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
   if (rows > 0) {
@@ -57,6 +57,14 @@ cudaError_t launch_bwd(const BwdParams& p, bool vec, void* dq_scratch, cudaStrea
     bwd_dsum_kernel<float><<<blocks, 256, 0, stream>>>(p, dsum);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
+#if defined(JAX_FLASH_BWD_SM90)
+  if constexpr (!kGeneral && (D == 64 || D == 128)) {
+    if (p.seqlen_q > 0 && p.seqlen_k > 0 && sm90_scratch != nullptr) {
+      const cudaError_t err = run_bwd_sm90_tf32_hdim<D>(p, dsum, sm90_scratch, stream);
+      if (err != cudaErrorNotSupported) return err;
+    }
+  }
+#endif
   BwdArgs args;
   args.p = p;
   args.dsum = dsum;
@@ -71,14 +79,6 @@ cudaError_t launch_bwd(const BwdParams& p, bool vec, void* dq_scratch, cudaStrea
     kernel<<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(args);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
-#if defined(JAX_FLASH_BWD_SM90)
-  if constexpr (!kGeneral && (D == 64 || D == 128)) {
-    if (p.seqlen_q > 0 && dq_scratch != nullptr) {
-      const cudaError_t err = run_bwd_dq_sm90_tf32_hdim<D>(p, dsum, dq_scratch, stream);
-      if (err != cudaErrorNotSupported) return err;
-    }
-  }
-#endif
   if (p.seqlen_q > 0) {
     using Shape = DqShape<D>;
     static std::atomic<unsigned long long> done{0};
@@ -102,8 +102,8 @@ cudaError_t run_fwd_tf32_hdim(const FwdParams& params, bool vec, cudaStream_t st
 }
 
 template <int kHeadDim>
-cudaError_t run_bwd_tf32_hdim(const BwdParams& params, bool vec, void* dq_scratch, cudaStream_t stream) {
-  return variant_masks_only(params) ? tf32::launch_bwd<kHeadDim, false>(params, vec, dq_scratch, stream)
+cudaError_t run_bwd_tf32_hdim(const BwdParams& params, bool vec, void* sm90_scratch, cudaStream_t stream) {
+  return variant_masks_only(params) ? tf32::launch_bwd<kHeadDim, false>(params, vec, sm90_scratch, stream)
                                     : tf32::launch_bwd<kHeadDim, true>(params, vec, nullptr, stream);
 }
 
