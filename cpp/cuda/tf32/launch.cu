@@ -94,8 +94,10 @@ namespace {
 // Head dims the Hopper TF32 kernel serves (its instantiations: 64, 128).
 bool sm90_tf32_dim(int head_dim) {
 #if defined(JAX_FLASH_FWD_SM90)
+  // > 32: the Python side sizes the scratch for 33-128 only (a d32 call
+  // without the d32 kernel takes the mma.sync d64 kernel).
   const int d = round_tf32(head_dim);
-  return head_dim % 4 == 0 && (d == 64 || d == 128);
+  return head_dim % 4 == 0 && head_dim > 32 && (d == 64 || d == 128);
 #else
   (void)head_dim;
   return false;
