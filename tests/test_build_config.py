@@ -169,3 +169,60 @@ def test_workspace_covers_the_cuda_layout_with_no_slack_when_aligned(lead, sq, h
         assert have == need
     # vmap adds a leading axis XLA multiplies in; the slack must still cover it
     assert 7 * have >= _cuda_workspace_bytes(7 * batch, hq, sq, d_pad, deterministic)
+
+
+def _tf32_scratch_bytes(batch, sq, sk, hq, hkv, d):
+    """The Hopper TF32 kernels' scratch (cpp/cuda/sm90/tf32_operands.cuh), each
+    region rounded up to 256 B over the batch: the forward's Tf32KvScratch
+    (counter, K, V^T) and, past the D rows, the backward's Tf32BwdScratch
+    (counter, K, V, K^T, Q, dO, Q^T, dO^T)."""
+    up = lambda n: (n + 255) // 256 * 256  # noqa: E731
+    pad8 = lambda n: -(-n // 8) * 8  # noqa: E731
+    kv, qo = 4 * batch * hkv * d, 4 * batch * hq * d
+    fwd = 256 + up(kv * sk) + up(kv * pad8(sk))
+    bwd = up(4 * batch * hq * sq) + 256 + 2 * up(kv * sk) + up(kv * pad8(sk)) + 2 * up(qo * sq) + 2 * up(qo * pad8(sq))
+    return fwd, bwd
+
+
+@pytest.mark.parametrize("lead", [(), (3,), (2, 5)])
+@pytest.mark.parametrize("sq,sk,hq,hkv,d", [(1, 1, 1, 1, 64), (131, 263, 4, 2, 128), (257, 77, 6, 2, 36),
+                                            (1000, 1021, 2, 2, 96), (4096, 4096, 16, 16, 64)])
+def test_float32_scratch_covers_the_hopper_tf32_copies(lead, sq, sk, hq, hkv, d):
+    """float32 on CUDA: the forward's scratch and the backward's workspace that
+    the Python side allocates hold the rounded / transposed operand copies the
+    Hopper TF32 kernels make (head dims 33-128, multiples of 4), also under a
+    vmap that multiplies the leading batch; calls those kernels never take get
+    the minimum (C++ asks for what Python gives: an error otherwise)."""
+    import math
+
+    import jax
+    import jax.numpy as jnp
+
+    from jax_flash import partitioning
+    from jax_flash.mask import NO_EXTRAS, Mask
+
+    q = jax.ShapeDtypeStruct(lead + (sq, hq, d), jnp.float32)
+    k = jax.ShapeDtypeStruct(lead + (sk, hkv, d), jnp.float32)
+    batch = math.prod(lead)
+    fwd_ints = partitioning._fwd_scratch_ints(q, k, Mask(causal=True), NO_EXTRAS)
+    bwd_floats = partitioning._bwd_workspace_floats(q, False, False, k.shape)
+    for factor in (1, 7):
+        need_fwd, need_bwd = _tf32_scratch_bytes(factor * batch, sq, sk, hq, hkv, d)
+        assert 4 * factor * batch * fwd_ints >= need_fwd
+        assert 4 * factor * batch * bwd_floats >= need_bwd
+    # Soft-cap (forward) and any option (backward) keep the mma.sync kernels.
+    assert partitioning._fwd_scratch_ints(q, k, Mask(softcap=5.0), NO_EXTRAS) == 1
+    assert partitioning._bwd_workspace_floats(q, False, True, k.shape) == hq * sq
+
+
+@pytest.mark.parametrize("d", [32, 30, 130, 256])
+def test_float32_scratch_is_minimal_where_the_tf32_wgmma_kernels_never_run(d):
+    import jax
+    import jax.numpy as jnp
+
+    from jax_flash import partitioning
+    from jax_flash.mask import NO_EXTRAS, Mask
+
+    q = jax.ShapeDtypeStruct((2, 100, 4, d), jnp.float32)
+    assert partitioning._fwd_scratch_ints(q, q, Mask(), NO_EXTRAS) == 1
+    assert partitioning._bwd_workspace_floats(q, False, False, q.shape) == 4 * 100
