@@ -20,6 +20,8 @@
 #include <cute/container/array_aligned.hpp>
 #include <cutlass/numeric_types.h>
 
+#include "cuda/sm90/tf32_operands.cuh"
+
 namespace jax_flash::cuda::sm90 {
 
 using namespace cute;
@@ -51,15 +53,12 @@ struct BwdDqTf32Config {
                            GMMA::Major::K>(),
       WarpgroupsMNK{}));
 
-  using SmemAtom = GMMA::Layout_K_SW128_Atom<Element>;
+  using SmemAtom = Tf32SmemAtom;
   using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));  // Q, dO
   using SmemLayoutK = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{}));  // K, V
   using SmemLayoutKt = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{}));
 
-  // Global operands as TMA sees them: (rows, cols, heads, batch), unit
-  // column stride.
-  using GmemLayout = Layout<Shape<int32_t, int32_t, int32_t, int32_t>, Stride<int64_t, _1, int64_t, int64_t>>;
-  using GmemTensor = decltype(make_tensor(make_gmem_ptr(static_cast<float const*>(nullptr)), GmemLayout{}));
+  using GmemTensor = Tf32GmemTensor;
   using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutQ{},
                                       Shape<Int<kBlockM>, Int<kHeadDim>>{}, _1{}));
   using TmaK = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutK{}),

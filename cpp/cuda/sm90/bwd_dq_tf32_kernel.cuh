@@ -18,20 +18,6 @@
 
 namespace jax_flash::cuda::sm90 {
 
-// Round this warpgroup's 64 rows of a (128, D) tile to TF32 in place (the
-// caller fences and syncs the warpgroup).
-template <class Layout, class E>
-__device__ __forceinline__ void round_rows_tf32(E* base, int wg, int wtid) {
-  constexpr int D = decltype(size<1>(Layout{}))::value, kChunks = 64 * D / 4;
-  Tensor t = make_tensor(make_smem_ptr(base), Layout{});
-#pragma unroll 4
-  for (int i = wtid; i < kChunks; i += 128) {
-    float4* ptr = reinterpret_cast<float4*>(&t(64 * wg + i / (D / 4), (i % (D / 4)) * 4));
-    const float4 x = *ptr;
-    *ptr = make_float4(round_tf32(x.x), round_tf32(x.y), round_tf32(x.z), round_tf32(x.w));
-  }
-}
-
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_dq_tf32_kernel(const __grid_constant__ BwdDqTf32Params<Cfg> kp) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)

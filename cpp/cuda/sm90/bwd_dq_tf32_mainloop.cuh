@@ -83,21 +83,30 @@ struct BwdDqTf32Mainloop {
       for (int i = 0; i < size(acc_s); ++i) tDs.data()[i] = Element::bitcast(__float_as_uint(round_tf32(acc_s(i))));
     };
 
+    // S(n), dP(n) from the K / V stage; once they are done, the stage (and
+    // after the tile's last, Q and dO) is released.
+    auto issue_s_dp = [&](AccS& acc_s, AccS& acc_dp) {
+      fwd::wgmma_issue<true, false>(mma_s, tSrQ, tSrK(_, _, _, k_ring.index), acc_s);
+      fwd::wgmma_issue<true, false>(mma_s, tSrdO, tSrV(_, _, _, k_ring.index), acc_dp);
+    };
+    auto release_kv = [&](int n, AccS& acc_s, AccS& acc_dp) {
+      warpgroup_fence_operand(acc_s);
+      warpgroup_fence_operand(acc_dp);
+      barrier_arrive(ss.k_empty[k_ring.index]);
+      k_ring.advance();
+      if (n == 0) barrier_arrive(ss.q_empty);
+    };
+
     // First (last-index) key tile: S and dP alone.
     int n = n_end - 1;
     {
       barrier_wait(ss.k_full[k_ring.index], k_ring.phase);
       AccS acc_s, acc_dp;
       turn_wait();
-      fwd::wgmma_issue<true, false>(mma_s, tSrQ, tSrK(_, _, _, k_ring.index), acc_s);
-      fwd::wgmma_issue<true, false>(mma_s, tSrdO, tSrV(_, _, _, k_ring.index), acc_dp);
+      issue_s_dp(acc_s, acc_dp);
       turn_pass();
       warpgroup_wait<0>();
-      warpgroup_fence_operand(acc_s);
-      warpgroup_fence_operand(acc_dp);
-      barrier_arrive(ss.k_empty[k_ring.index]);
-      k_ring.advance();
-      if (n == 0) barrier_arrive(ss.q_empty);
+      release_kv(n, acc_s, acc_dp);
       make_ds(n, acc_s, acc_dp);
       to_frag(acc_s);
     }
@@ -105,17 +114,12 @@ struct BwdDqTf32Mainloop {
       barrier_wait(ss.k_full[k_ring.index], k_ring.phase);
       AccS acc_s, acc_dp;
       turn_wait();
-      fwd::wgmma_issue<true, false>(mma_s, tSrQ, tSrK(_, _, _, k_ring.index), acc_s);
-      fwd::wgmma_issue<true, false>(mma_s, tSrdO, tSrV(_, _, _, k_ring.index), acc_dp);
+      issue_s_dp(acc_s, acc_dp);
       barrier_wait(ss.kt_full[kt_ring.index], kt_ring.phase);  // K^T(n + 1)
       fwd::wgmma_issue<false, true>(mma_dq, tDs, tDqrKt(_, _, _, kt_ring.index), acc_dq);
       turn_pass();
       warpgroup_wait<1>();  // S(n), dP(n)
-      warpgroup_fence_operand(acc_s);
-      warpgroup_fence_operand(acc_dp);
-      barrier_arrive(ss.k_empty[k_ring.index]);
-      k_ring.advance();
-      if (n == 0) barrier_arrive(ss.q_empty);
+      release_kv(n, acc_s, acc_dp);
       make_ds(n, acc_s, acc_dp);
       warpgroup_wait<0>();  // dQ += dS(n + 1) K(n + 1)
       warpgroup_fence_operand(acc_dq);

@@ -15,11 +15,21 @@
 
 #include <cuda_runtime.h>
 #include <cute/tensor.hpp>
+#include <cute/atom/mma_traits_sm90_gmma.hpp>
 #include <cutlass/arch/barrier.h>
+#include <cutlass/numeric_types.h>
 
 #include "params.h"
 
 namespace jax_flash::cuda::sm90 {
+
+// The TF32 kernels' operands as TMA sees them: float32 (rows, cols, heads,
+// batch) with unit column stride; in shared memory, K-major 128 B swizzled.
+using Tf32GmemLayout = cute::Layout<cute::Shape<int32_t, int32_t, int32_t, int32_t>,
+                                    cute::Stride<int64_t, cute::_1, int64_t, int64_t>>;
+using Tf32GmemTensor =
+    decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<float const*>(nullptr)), Tf32GmemLayout{}));
+using Tf32SmemAtom = cute::GMMA::Layout_K_SW128_Atom<cutlass::tfloat32_t>;
 
 // Keys of the transposed V copy: whole groups of eight (zeros past seqlen_k).
 __host__ __device__ inline int tf32_keys_padded(int seqlen_k) { return (seqlen_k + 7) / 8 * 8; }
@@ -139,23 +149,29 @@ cudaError_t launch_tf32_prep(const Tf32PrepArgs& a, int batch, cudaStream_t stre
   return cudaGetLastError();
 }
 
-// Round this warpgroup's 64 rows of the Q tile to TF32 in place, then make
-// the writes visible to its wgmmas (async proxy) and wait for the
-// warpgroup. Named barrier 1 + warpgroups + wg (the shared-memory O
-// epilogue's, which the TF32 kernel does not use).
-template <class Cfg>
-__device__ __forceinline__ void round_q_tf32(typename Cfg::SharedStorage& ss, int wg, int wtid) {
+// Round this warpgroup's 64 rows of a (128, D) shared-memory tile to TF32
+// in place (the caller fences and syncs the warpgroup). The 128 B swizzle
+// moves 16 B chunks: four columns stay together.
+template <class Layout, class E>
+__device__ __forceinline__ void round_rows_tf32(E* base, int wg, int wtid) {
   using namespace cute;
-  constexpr int D = Cfg::kHeadDim, kChunks = 64 * D / 4;
-  Tensor sQ = make_tensor(make_smem_ptr(ss.q.data()), typename Cfg::SmemLayoutQ{});
+  constexpr int D = decltype(size<1>(Layout{}))::value, kChunks = 64 * D / 4;
+  Tensor t = make_tensor(make_smem_ptr(base), Layout{});
 #pragma unroll 4
   for (int i = wtid; i < kChunks; i += 128) {
-    const int r = 64 * wg + i / (D / 4), c = (i % (D / 4)) * 4;
-    // The 128 B swizzle moves 16 B chunks: four columns stay together.
-    float4* ptr = reinterpret_cast<float4*>(&sQ(r, c));
-    float4 x = *ptr;
+    float4* ptr = reinterpret_cast<float4*>(&t(64 * wg + i / (D / 4), (i % (D / 4)) * 4));
+    const float4 x = *ptr;
     *ptr = make_float4(round_tf32(x.x), round_tf32(x.y), round_tf32(x.z), round_tf32(x.w));
   }
+}
+
+// Round this warpgroup's rows of the forward's Q tile, then make the writes
+// visible to its wgmmas (async proxy) and wait for the warpgroup. Named
+// barrier 1 + warpgroups + wg (the shared-memory O epilogue's, which the
+// TF32 kernel does not use).
+template <class Cfg>
+__device__ __forceinline__ void round_q_tf32(typename Cfg::SharedStorage& ss, int wg, int wtid) {
+  round_rows_tf32<typename Cfg::SmemLayoutQ>(ss.q.data(), wg, wtid);
   cutlass::arch::fence_view_async_shared();
   asm volatile("bar.sync %0, 128;\n" ::"r"(1 + Cfg::kConsumerWarpgroups + wg) : "memory");
 }
