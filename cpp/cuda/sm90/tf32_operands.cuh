@@ -1,13 +1,15 @@
 // Float32 operands of the TF32 wgmma kernels. TF32 wgmmas read both
 // operands K-major and use the top 19 bits of each float as they are
 // (truncation), so the operands are rounded to nearest first:
-// - the operands every work tile streams (forward: K, V; dQ kernel: K, V and
-//   K again as dQ's B): rounded copies, and for the B operand of a product
-//   over keys a rounded copy transposed to (head_dim, keys) with the keys of
-//   every group of eight in P's register order (wgmma.cuh, PAsALayoutTf32);
+// - the operands a work tile streams (forward: K, V; dQ kernel: K, V, and K
+//   as dQ's B; dK / dV kernel: Q, dO, and both as dK's / dV's B): rounded
+//   copies, and for the B operand of a product over keys (queries) a rounded
+//   copy transposed to (head_dim, rows) with the rows of every group of
+//   eight in the accumulator's register order (wgmma.cuh, PAsALayoutTf32);
 //   made by tf32_prep_kernel in the call's scratch, once per call;
-// - the operands a work tile keeps (Q, dO): rounded in shared memory by the
-//   consumer warpgroup that reads them, once per work tile.
+// - the operands a work tile keeps (forward: Q; dQ kernel: Q, dO): rounded
+//   in shared memory by the consumer warpgroup that reads them, once per
+//   work tile.
 #pragma once
 
 #include <cstddef>
@@ -31,7 +33,8 @@ using Tf32GmemTensor =
     decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<float const*>(nullptr)), Tf32GmemLayout{}));
 using Tf32SmemAtom = cute::GMMA::Layout_K_SW128_Atom<cutlass::tfloat32_t>;
 
-// Keys of the transposed V copy: whole groups of eight (zeros past seqlen_k).
+// Rows (keys or queries) of a transposed copy: whole groups of eight (zeros
+// past the sequence).
 __host__ __device__ inline int tf32_keys_padded(int seqlen_k) { return (seqlen_k + 7) / 8 * 8; }
 
 // Where the copies live in the forward's scratch (bytes from its start):
