@@ -20,7 +20,7 @@
 #include <cute/container/array_aligned.hpp>
 #include <cutlass/numeric_types.h>
 
-#include "cuda/sm90/tf32_operands.cuh"
+#include "cuda/sm90/bwd_tf32_roles.cuh"
 
 namespace jax_flash::cuda::sm90 {
 
@@ -36,34 +36,25 @@ template <> struct BwdDkdvTf32Tile<64>  { static constexpr int kM = 64, kStages 
 template <> struct BwdDkdvTf32Tile<128> { static constexpr int kM = 32, kStages = 2, kTStages = 1; };
 
 template <int kHeadDim_>
-struct BwdDkdvTf32Config {
-  using Element = cutlass::tfloat32_t;
+struct BwdDkdvTf32Config : BwdTf32Roles<kHeadDim_, BwdDkdvTf32Tile<kHeadDim_>::kM> {
+  using Roles = BwdTf32Roles<kHeadDim_, BwdDkdvTf32Tile<kHeadDim_>::kM>;
+  using Element = typename Roles::Element;
+  using SmemAtom = typename Roles::SmemAtom;
+  using GmemTensor = typename Roles::GmemTensor;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockN = 128;  // keys a CTA
   static constexpr int kBlockM = BwdDkdvTf32Tile<kHeadDim>::kM;
   static constexpr int kStages = BwdDkdvTf32Tile<kHeadDim>::kStages;
   static constexpr int kTStages = BwdDkdvTf32Tile<kHeadDim>::kTStages;
-  static constexpr int kConsumerWarpgroups = 2;
-  static constexpr int kConsumerThreads = 256;
-  static constexpr int kThreads = 128 + kConsumerThreads;  // warpgroup 0: the TMA producer
-  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+  // S^T = K Q^T, dP^T = V dO^T: (BN, BM); dV += P^T dO, dK += dS^T Q: (BN,
+  // D), A in registers, B = dO^T / Q^T (D, BM).
+  using TiledMmaS = typename Roles::TiledMmaS;
+  using TiledMmaKV = typename Roles::TiledMmaAcc;
 
-  using WarpgroupsMNK = Layout<Shape<_2, _1, _1>>;
-  // S^T = K Q^T, dP^T = V dO^T: (BN, BM).
-  using TiledMmaS = decltype(make_tiled_mma(
-      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kBlockM>, Int<kHeadDim>>>(), WarpgroupsMNK{}));
-  // dV += P^T dO, dK += dS^T Q: (BN, D), A in registers, B = dO^T / Q^T (D, BM).
-  using TiledMmaKV = decltype(make_tiled_mma(
-      GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockM>>, GMMA::Major::K,
-                           GMMA::Major::K>(),
-      WarpgroupsMNK{}));
-
-  using SmemAtom = Tf32SmemAtom;
   using SmemLayoutK = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}));  // K, V
   using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>, Int<kStages>>{}));  // Q, dO
   using SmemLayoutQt = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kHeadDim>, Int<kBlockM>, Int<kTStages>>{}));  // Q^T, dO^T
 
-  using GmemTensor = Tf32GmemTensor;
   using TmaK = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutK{},
                                       Shape<Int<kBlockN>, Int<kHeadDim>>{}, _1{}));
   using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutQ{}),

@@ -20,7 +20,7 @@
 #include <cute/container/array_aligned.hpp>
 #include <cutlass/numeric_types.h>
 
-#include "cuda/sm90/tf32_operands.cuh"
+#include "cuda/sm90/bwd_tf32_roles.cuh"
 
 namespace jax_flash::cuda::sm90 {
 
@@ -31,34 +31,25 @@ using namespace cute;
 // floats (d64: 160 KB; d128, 32-key stages: 224 KB). Registers per consumer
 // thread: dQ (D / 2) + S, dP (BN / 2 each) + dS (BN / 2).
 template <int kHeadDim_>
-struct BwdDqTf32Config {
-  using Element = cutlass::tfloat32_t;
+struct BwdDqTf32Config : BwdTf32Roles<kHeadDim_, kHeadDim_ == 64 ? 64 : 32> {
+  using Roles = BwdTf32Roles<kHeadDim_, kHeadDim_ == 64 ? 64 : 32>;
+  using Element = typename Roles::Element;
+  using SmemAtom = typename Roles::SmemAtom;
+  using GmemTensor = typename Roles::GmemTensor;
   static constexpr int kHeadDim = kHeadDim_;
   static_assert(kHeadDim == 64 || kHeadDim == 128);
   static constexpr int kBlockM = 128;
   static constexpr int kBlockN = kHeadDim == 64 ? 64 : 32;
   static constexpr int kStages = 2;
-  static constexpr int kConsumerWarpgroups = 2;
-  static constexpr int kConsumerThreads = 256;
-  static constexpr int kThreads = 128 + kConsumerThreads;  // warpgroup 0: the TMA producer
-  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+  // S = Q K^T, dP = dO V^T: (BM, BN); dQ += dS K: A = dS in registers, B =
+  // K^T (D, BN).
+  using TiledMmaS = typename Roles::TiledMmaS;
+  using TiledMmaDq = typename Roles::TiledMmaAcc;
 
-  using WarpgroupsMNK = Layout<Shape<_2, _1, _1>>;
-  // S = Q K^T, dP = dO V^T: (BM, BN), K-major operands in shared memory.
-  using TiledMmaS = decltype(make_tiled_mma(
-      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kBlockN>, Int<kHeadDim>>>(), WarpgroupsMNK{}));
-  // dQ += dS K: A = dS in registers, B = K^T (D, BN) K-major.
-  using TiledMmaDq = decltype(make_tiled_mma(
-      GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockN>>, GMMA::Major::K,
-                           GMMA::Major::K>(),
-      WarpgroupsMNK{}));
-
-  using SmemAtom = Tf32SmemAtom;
   using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));  // Q, dO
   using SmemLayoutK = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{}));  // K, V
   using SmemLayoutKt = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{}));
 
-  using GmemTensor = Tf32GmemTensor;
   using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutQ{},
                                       Shape<Int<kBlockM>, Int<kHeadDim>>{}, _1{}));
   using TmaK = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutK{}),
