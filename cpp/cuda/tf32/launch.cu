@@ -1,7 +1,7 @@
 // Float32 entry points: argument checks, the head-dim rounding onto the
-// compiled TF32 kernels (32, 64, 128, 256), the choice of the Hopper wgmma
-// forward, and the 16 B copy test. No kernels here
-// (tf32/instantiations/*_tf32.cu, instantiations/fwd_sm90_hdim*_tf32.cu).
+// compiled TF32 kernels (32, 64, 128, 256), whether the Hopper wgmma kernels
+// take a call (and their scratch), and the 16 B copy test. No kernels here
+// (tf32/instantiations/*_tf32.cu, instantiations/{fwd,bwd}_sm90_hdim*_tf32.cu).
 #include <cstdint>
 #include <vector>
 
@@ -146,7 +146,7 @@ size_t dsum_bytes(const BwdParams& p) {
 
 // Whether the Hopper TF32 backward kernels may run (built with the
 // forward's head dims; they decline unaligned rows at launch).
-bool sm90_tf32_dq(const BwdParams& p) {
+bool sm90_tf32_bwd(const BwdParams& p) {
 #if defined(JAX_FLASH_BWD_SM90)
   return p.plain_mask() && p.seqlen_k > 0 && sm90_tf32_dim(p.head_dim);
 #else
@@ -159,7 +159,7 @@ bool sm90_tf32_dq(const BwdParams& p) {
 
 size_t bwd_workspace_bytes_tf32(const BwdParams& p) {
   if (p.batch <= 0 || p.heads_q <= 0 || p.seqlen_q <= 0) return 0;
-  if (!sm90_tf32_dq(p)) return sizeof(float) * size_t(p.batch) * size_t(p.heads_q) * size_t(p.seqlen_q);  // D only
+  if (!sm90_tf32_bwd(p)) return sizeof(float) * size_t(p.batch) * size_t(p.heads_q) * size_t(p.seqlen_q);  // D only
   return dsum_bytes(p) + sm90::Tf32BwdScratch(p).bytes;
 }
 
@@ -172,7 +172,7 @@ cudaError_t run_bwd_tf32(const BwdParams& p, cudaStream_t stream) {
   if (const cudaError_t err = poison_bwd_outputs(p, stream); err != cudaSuccess) return err;
   const int64_t do_strides[3] = {p.do_batch_stride, p.do_row_stride, p.do_head_stride};
   const bool vec = vec_ok(p, p.dout, do_strides);
-  void* sm90_scratch = sm90_tf32_dq(p) ? static_cast<char*>(p.workspace) + dsum_bytes(p) : nullptr;
+  void* sm90_scratch = sm90_tf32_bwd(p) ? static_cast<char*>(p.workspace) + dsum_bytes(p) : nullptr;
   return with_tf32_dim(p.head_dim,
                        [&](auto d) { return run_bwd_tf32_hdim<decltype(d)::value>(p, vec, sm90_scratch, stream); });
 }
