@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_dq_tf32_kernel(const __g
     }
     Tensor acc_dq = partition_fragment_C(mainloop.mma_dq, Shape<Int<Cfg::kBlockM>, Int<Cfg::kHeadDim>>{});
     clear(acc_dq);
-    mainloop.run(p, kp.scale_log2, ss, c.tile, dq_key_tiles_end<Cfg>(p, c.tile), lse2, dsum, acc_dq);
+    mainloop.run(p, kp.scale_log2, ss, c.tile, key_tiles_end<Cfg>(p, c.tile), lse2, dsum, acc_dq);
 
     // dQ = scale * acc, float pairs (adjacent columns, adjacent registers).
     Tensor dq = make_tensor(acc_dq.data(), fwd::acc_rowcol_layout(acc_dq.layout()));

@@ -9,7 +9,8 @@
 #include <cute/tensor.hpp>
 
 #include "cuda/sm90/bwd_dq_tf32_config.cuh"
-#include "cuda/sm90/fwd_params.cuh"  // gmem_shape
+#include "cuda/sm90/fwd_params.cuh"    // gmem_shape
+#include "cuda/sm90/fwd_producer.cuh"  // key_tiles_end
 #include "cuda/sm90/pipeline.cuh"
 #include "cuda/sm90/tf32_operands.cuh"
 #include "cuda/sm90/tile_scheduler.cuh"
@@ -27,14 +28,6 @@ struct BwdDqTf32Params {
   float scale_log2;   // scale * log2(e)
   TileScheduler sched;
 };
-
-// Key tiles query tile m_block visits: [0, n_end) (top-left causal).
-template <class Cfg>
-__device__ __forceinline__ int dq_key_tiles_end(const BwdParams& p, int m_block) {
-  int keys = p.seqlen_k;
-  if (p.causal) keys = min(keys, (m_block + 1) * Cfg::kBlockM);
-  return (keys + Cfg::kBlockN - 1) / Cfg::kBlockN;
-}
 
 template <class Cfg>
 __device__ __forceinline__ void bwd_dq_tf32_produce(const BwdDqTf32Params<Cfg>& kp, typename Cfg::SharedStorage& ss) {
@@ -94,7 +87,7 @@ __device__ __forceinline__ void bwd_dq_tf32_produce(const BwdDqTf32Params<Cfg>& 
       kt_ring.advance();
     };
 
-    const int n_end = dq_key_tiles_end<Cfg>(p, c.tile);
+    const int n_end = key_tiles_end<Cfg>(p, c.tile);
     if (n_end > 0) load_kv(n_end - 1);  // before Q's release wait: it does not touch Q's buffer
     barrier_wait(ss.q_empty, q_phase);
     q_phase ^= 1u;
