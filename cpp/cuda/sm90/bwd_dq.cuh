@@ -97,23 +97,48 @@ __device__ __forceinline__ void bwd_write_dq(const BwdKernelParams<Cfg>& kp, typ
 // dq = scale * accumulator: one CTA of 256 threads per (query tile, q head,
 // batch), thread t reading what consumer thread t staged, a part (of
 // D / kDqParts columns: the wide kernel adds its tiles in two) at a time.
+// vec_ok (dq rows 16-byte aligned): the part goes through a row-major
+// shared tile and leaves in 16-byte stores, whole rows a warp (stored from
+// the accumulator layout, 4-byte pairs of 8 rows an instruction, it had
+// run at ~60% of DRAM bandwidth: ncu, d128 1k).
 template <class Cfg>
 __global__ void __launch_bounds__(256) bwd_dq_convert_kernel(const BwdParams p, const float* __restrict__ dq_accum,
-                                                             int rows_pad, bool pair_ok) {
+                                                             int rows_pad, bool pair_ok, bool vec_ok) {
   using Element = typename Cfg::Element;
   constexpr int M = Cfg::kBlockM, D = Cfg::kHeadDim, kCols = D / Cfg::kDqParts;
+  // Rows padded by 16 bytes: the pair stores of a warp (8 rows x 4 lanes)
+  // and the vector loads fall in distinct banks.
+  constexpr int kStride = kCols + 8, kRowChunks = kCols / 8;
+  __shared__ alignas(16) Element tile[M * kStride];
   const int ct = threadIdx.x;
   const int m0 = blockIdx.x * M, h = blockIdx.y, b = blockIdx.z;
   typename Cfg::TiledMmadQ mma_dq;
   auto thr = mma_dq.get_thread_slice(ct);
   Tensor coords = thr.partition_C(make_identity_tensor(Shape<Int<M>, Int<kCols>>{}));
   const int64_t row = (int64_t(b) * p.heads_q + h) * rows_pad + m0;
+  const int rows = p.seqlen_q - m0;
   Element* dq = static_cast<Element*>(p.dq) + b * p.dq_batch_stride + int64_t(m0) * p.dq_row_stride + h * p.dq_head_stride;
   CUTE_UNROLL
   for (int part = 0; part < Cfg::kDqParts; ++part) {
     Tensor acc = partition_fragment_C(mma_dq, Shape<Int<M>, Int<kCols>>{});
     dq_from_staged<256>(acc, dq_accum + row * D + part * Cfg::kDqPartFloats, ct);
-    bwd::store_acc(acc, coords, dq + part * kCols, p.dq_row_stride, p.seqlen_q - m0, kCols, p.scale, pair_ok);
+    if (!vec_ok) {
+      bwd::store_acc(acc, coords, dq + part * kCols, p.dq_row_stride, rows, kCols, p.scale, pair_ok);
+      continue;
+    }
+    if (part > 0) __syncthreads();  // the previous part's tile has been read
+    CUTE_UNROLL
+    for (int i = 0; i < size(acc); i += 2)
+      *reinterpret_cast<uint32_t*>(tile + get<0>(coords(i)) * kStride + get<1>(coords(i))) =
+          bwd::pack2<Element>(acc(i) * p.scale, acc(i + 1) * p.scale);
+    __syncthreads();
+    CUTE_UNROLL
+    for (int idx = ct; idx < M * kRowChunks; idx += 256) {
+      const int r = idx / kRowChunks, c = (idx % kRowChunks) * 8;
+      if (r < rows)
+        *reinterpret_cast<uint4*>(dq + int64_t(r) * p.dq_row_stride + part * kCols + c) =
+            *reinterpret_cast<const uint4*>(tile + r * kStride + c);
+    }
   }
 }
 

@@ -114,7 +114,8 @@ cudaError_t launch_bwd_ws(const BwdParams& p, BwdLaunchFlags flags, int rotate, 
   }
   kernel<<<dim3(key_tiles, p.heads_kv, p.batch), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(kp);
   const dim3 convert_grid((p.seqlen_q + M - 1) / M, p.heads_q, p.batch);
-  bwd_dq_convert_kernel<Cfg><<<convert_grid, 256, 0, stream>>>(p, accum, rows_pad, flags.pair_ok);
+  const bool dq_vec = bwd::rows_vec_ok(p.dq, p.head_dim, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride);
+  bwd_dq_convert_kernel<Cfg><<<convert_grid, 256, 0, stream>>>(p, accum, rows_pad, flags.pair_ok, dq_vec);
   return cudaGetLastError();
 }
 
