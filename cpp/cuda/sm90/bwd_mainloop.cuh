@@ -88,6 +88,7 @@ struct BwdMainloop {
 
     barrier_wait(ss.kv_full, 0u);
     RingState<Cfg::kStages> ring;
+    AccS acc_s, acc_dp;
     for (int step = 0; step < w.steps; ++step) {
       const int st = ring.index;
       const int m0 = w.m_block(step) * M;
@@ -103,7 +104,6 @@ struct BwdMainloop {
           continue;
         }
       }
-      AccS acc_s, acc_dp;
       fwd::wgmma_issue<true, false>(mma_sdp, tSrK, tSrQ(_, _, _, st), acc_s);
       fwd::wgmma_issue<true, false>(mma_sdp, tSrV, tSrdO(_, _, _, st), acc_dp);
       Tensor s = make_tensor(acc_s.data(), fwd::acc_rowcol_layout(acc_s.layout()));
