@@ -1,4 +1,4 @@
-// Bulk async copies from shared to global memory (sm90), a 16-byte
+// Bulk async copies and reductions from shared to global memory (sm90), a 16-byte
 // reduction from registers, and the gpu-scope counters deterministic mode
 // orders the copies with; the Hopper backward kernels add their dQ tiles to
 // the float32 accumulator with these.
@@ -13,6 +13,12 @@ __device__ __forceinline__ void bulk_reduce_add_f32(float* gmem, const float* sm
   const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(gmem), "r"(s),
                "r"(bytes)
+               : "memory");
+}
+// global = shared, `bytes` a multiple of 16; joins the open bulk group.
+__device__ __forceinline__ void bulk_store(void* gmem, const void* smem, int bytes) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(gmem), "r"(s), "r"(bytes)
                : "memory");
 }
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }

@@ -47,7 +47,9 @@ __device__ __forceinline__ void dq_from_staged(Acc& acc, const float* staged, in
 // consumers wait for every hand-back but the first buffer's).
 // Deterministic mode: the add waits until every CTA ranked before this one
 // (BwdWork::dq_rank) has counted its own, and is counted once complete, so
-// the float32 sums run in one order whatever the timing.
+// the float32 sums run in one order whatever the timing. Without masks
+// every query tile has a rank-0 CTA, which stores its tile instead of
+// adding it, so the accumulator needs no clearing first (launch_bwd_ws).
 template <class Cfg, class Work>
 __device__ __forceinline__ void bwd_write_dq(const BwdKernelParams<Cfg>& kp, typename Cfg::SharedStorage& ss,
                                              const Work& w, int lane) {
@@ -68,18 +70,23 @@ __device__ __forceinline__ void bwd_write_dq(const BwdKernelParams<Cfg>& kp, typ
                        ? nullptr
                        : kp.dq_order + (int64_t(w.batch) * kp.p.heads_q + h) * kp.order_rows + m * M / kBwdOrderRows;
     if (lane == 0) {
+      bool first = false;
       if (counter != nullptr) {
         int rank;
         if constexpr (Cfg::kMasks)
           rank = bwd90::masks_dq_rank<M, Cfg::kBlockN>(ss.ms.variant(kp.p, w.batch), w.n_block, w.n_blocks, m);
         else
           rank = w.dq_rank(kp.p, m);
+        first = !Cfg::kMasks && rank == 0;
         while (load_acquire(counter) < rank) {
         }
         fence_async_global();  // the counter read before the add
       }
       const int64_t row = (int64_t(w.batch) * kp.p.heads_q + h) * kp.rows_pad + int64_t(m) * M;
-      bulk_reduce_add_f32(kp.dq_accum + row * D, ss.dq.data(), Cfg::kDqFloats * int(sizeof(float)));
+      if (first)
+        bulk_store(kp.dq_accum + row * D, ss.dq.data(), Cfg::kDqFloats * int(sizeof(float)));
+      else
+        bulk_reduce_add_f32(kp.dq_accum + row * D, ss.dq.data(), Cfg::kDqFloats * int(sizeof(float)));
       bulk_commit();
       bulk_wait_read();
     }

@@ -106,8 +106,11 @@ cudaError_t launch_bwd_ws(const BwdParams& p, BwdLaunchFlags flags, int rotate, 
     kernel<<<dim3(key_tiles, p.heads_kv, p.batch), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(kp);
     return cudaGetLastError();
   }
-  const size_t accum_bytes = sizeof(float) * size_t(p.batch) * size_t(p.heads_q) * size_t(rows_pad) * D;
-  if (const cudaError_t err = cudaMemsetAsync(accum, 0, accum_bytes, stream); err != cudaSuccess) return err;
+  // Ordered (deterministic, no masks): each tile's first add is a store (bwd_write_dq).
+  if (kp.dq_order == nullptr || Cfg::kMasks) {
+    const size_t accum_bytes = sizeof(float) * size_t(p.batch) * size_t(p.heads_q) * size_t(rows_pad) * D;
+    if (const cudaError_t err = cudaMemsetAsync(accum, 0, accum_bytes, stream); err != cudaSuccess) return err;
+  }
   if (kp.dq_order != nullptr) {
     const cudaError_t err = cudaMemsetAsync(kp.dq_order, 0, bwd_order_bytes(p, D), stream);
     if (err != cudaSuccess) return err;
