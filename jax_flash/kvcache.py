@@ -25,7 +25,7 @@ KVCACHE_APPEND_TARGET = "jax_flash_kvcache_append_fwd"
 
 _NEW_KV, _PAGE_TABLE, _ALIBI = 1, 2, 4  # the optional_inputs bits (cpp/ffi/kvcache_common.h)
 _FORCE_XLA = False  # tests set it to check kvcache_xla against the kernels
-KEY_BLOCK = 64  # keys per pipeline stage of the CUDA kernel at head dims 128 and 256 (see _key_block)
+KEY_BLOCK = 64  # keys per pipeline stage of the CUDA kernel (cpp/cuda/decode/decode_kernel.cuh)
 
 
 def _err(msg: str) -> str:
@@ -120,25 +120,12 @@ def _validate(q, k_cache, v_cache, cache_seqlens, k, v, page_table, alibi_slopes
     return capacity
 
 
-def _kernel_head_dim(head_dim: int) -> int:
-    return max(64, 1 << (head_dim - 1).bit_length())
-
-
-def _key_block(head_dim: int) -> int:
-    """Keys per pipeline stage of the CUDA kernel (decode_block_n in
-    cpp/cuda/decode/decode_kernel.cuh): 128 at head dim 64, else KEY_BLOCK."""
-    return 128 if _kernel_head_dim(head_dim) == 64 else KEY_BLOCK
-
-
 def _cta_slots_per_sm(head_dim: int, warps_m: int) -> int:
     """CTAs of the decode kernel one SM holds (shared memory bound; mirrors
-    DecodeConfig::kSmem in cpp/cuda/decode/decode_kernel.cuh: Q rows, the
-    K/V stages and a visibility flag a key, plus the 1 KB the H100 reserves
-    a CTA out of its 228 KB)."""
-    d = _kernel_head_dim(head_dim)
-    stages = {64: 3, 128: 3, 256: 2}[d]
-    block = _key_block(head_dim)
-    smem = stages * block * d * 2 * 2 + 16 * warps_m * d * 2 + stages * block * 4
+    decode_smem_bytes in cpp/cuda/decode/decode_kernel.cuh)."""
+    d = max(64, 1 << (head_dim - 1).bit_length())
+    stages = {64: 4, 128: 3, 256: 2}[d]
+    smem = stages * KEY_BLOCK * d * 2 * 2 + 16 * warps_m * d * 2
     return max(1, (228 * 1024) // (smem + 1024))
 
 
@@ -146,8 +133,7 @@ def num_splits(batch: int, seqlen_q: int, heads_q: int, heads_kv: int, head_dim:
                capacity: int, num_sms: int = 132) -> int:
     """Key splits per (batch, kv head, row block) for the CUDA kernel: the
     fewest that fill the SMs' CTA slots to >= 95% of the last wave (else the
-    best fill), each split keeping at least 256 keys (4 key blocks of 64, or
-    2 of head dim 64's 128: the kernel splits whole blocks).
+    best fill), each split keeping at least 4 key blocks (256 keys).
     JAX_FLASH_DECODE_SPLITS=n (read when tracing) forces n."""
     import os
 
@@ -158,8 +144,7 @@ def num_splits(batch: int, seqlen_q: int, heads_q: int, heads_kv: int, head_dim:
     wm = 1 if rows <= 16 else (2 if rows <= 32 else 4)
     base = batch * heads_kv * -(-rows // (16 * wm))
     slots = num_sms * _cta_slots_per_sm(head_dim, wm)
-    block = _key_block(head_dim)
-    max_splits = max(1, min(128, -(-capacity // block) // (256 // block)))
+    max_splits = max(1, min(128, -(-capacity // KEY_BLOCK) // 4))
     if base >= slots or max_splits == 1:
         return 1
     best, best_eff = 1, 0.0

@@ -123,7 +123,6 @@ def test_append_and_donation(paged):
     dict(logits_soft_cap=5.0),
     dict(alibi_slopes=True),
     dict(causal=False),
-    dict(scale=-0.2),  # d64's plain steps need scale > 0 (the max taken before scaling)
 ])
 def test_options_match_reference(opts):
     dtype, d = _built_dtypes()[0], _built_dims()[0]
@@ -136,7 +135,7 @@ def test_options_match_reference(opts):
     o = jax_flash.attention_with_kvcache(q, kc, vc, lens, **opts)
     _check(o, q, kc, vc, lens, dtype, causal=opts.get("causal", True),
            window=opts.get("local_window_size"), softcap=opts.get("logits_soft_cap"),
-           alibi=opts.get("alibi_slopes"), scale=opts.get("scale"))
+           alibi=opts.get("alibi_slopes"))
 
 
 def test_out_of_range_page_ids_are_masked():

@@ -254,11 +254,6 @@ def test_num_splits_fill_the_sms():
     assert num_splits(8, 1, 32, 8, 128, 32768, 132) == 4
     assert num_splits(64, 1, 32, 8, 128, 8192, 132) == 1
     assert num_splits(1, 1, 32, 8, 128, 1 << 17, 132) == 32
-    # d64: 128-key stages, 3 of them (~100 KB) -> also 2 CTAs a SM, 4 splits.
-    assert num_splits(8, 1, 32, 8, 64, 32768, 132) == 4
-    # Splits keep >= 256 keys: 2048 keys -> at most 8 (64-key blocks) or 8 (128-key).
-    assert num_splits(1, 1, 8, 1, 128, 2048, 132) == 8
-    assert num_splits(1, 1, 8, 1, 64, 2048, 132) == 8
 
 
 def test_bench_decode_runs_on_cpu(tmp_path):

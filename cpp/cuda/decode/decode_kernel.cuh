@@ -3,51 +3,31 @@
 // byte once, in 16-byte coalesced cp.async loads with several stages in
 // flight:
 //   - grid (split, row block x kv head, batch): the keys of one sequence are
-//     cut into num_splits ranges of key blocks (one pipeline stage each:
-//     128 keys at d 64, 64 at d 128 / 256), one CTA a range;
+//     cut into num_splits ranges of 64-key blocks, one CTA each;
 //   - GQA packing: the CTA's rows are the q heads of one kv group times the
 //     queries (row r = g * seqlen_q + i), so K/V are read once per group;
 //   - 4 warps; WM of them split the rows (16 each), the other factor splits
-//     each stage into 16-key slices. Every warp keeps its own online softmax
-//     (one update per kSlicesPerStep of its slices), and the warps' (m, l, o)
-//     merge through shared memory at the end;
+//     each 64-key stage into 16-key slices. Every warp keeps its own online
+//     softmax, and the warps' (m, l, o) merge through shared memory at the end;
 //   - QK^T and PV on tensor cores (m16n8k16, float32 accumulation), K/V tiles
 //     in shared memory with an XOR swizzle so ldmatrix is conflict-free;
 //   - paged caches: each row's address comes from the page table; rows in an
-//     out-of-range page are zero-filled and masked (never read);
-//   - d 64 (Cfg::kLeanSteps): 128-key stages, two slices a softmax update,
-//     and leaner steps for the common case (no soft-cap / ALiBi).
+//     out-of-range page are zero-filled and masked (never read).
 // One split writes o/lse directly; several write float32 partials that
 // decode_combine merges.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
-#include <type_traits>
 
 #include "cuda/decode/decode_ptx.cuh"
 #include "kvcache_params.h"
 
 namespace jax_flash::cuda::decode {
 
-// Keys per pipeline stage (jax_flash/kvcache.py _key_block mirrors it). A
-// 64-key stage of K + V is 32 KB at d 128 but only 16 KB at d 64, where it
-// paid twice d 128's __syncthreads, cp.async wait and loop bookkeeping per
-// byte read; d 64 takes 128 keys, so every head dim moves >= 32 KB a stage.
-template <int D>
-constexpr int decode_block_n() {
-  return D == 64 ? 128 : 64;
-}
+constexpr int kBlockN = 64;  // keys per pipeline stage (jax_flash/kvcache.py KEY_BLOCK)
 
-// Stages: 3 / 3 / 2 for d 64 / 128 / 256 (96 / 96 / 128 KB of K + V) fit
-// sm_80's 163 KB and two CTAs an H100 SM at d 64 and 128; d 256 takes 3
-// where the device allows (H100: 227 KB a CTA), chosen at launch.
-template <int D>
-constexpr int decode_stages() {
-  return D == 256 ? 2 : 3;
-}
-
-template <class Element_, int D, int WM, int Stages = decode_stages<D>()>
+template <class Element_, int D, int WM, int Stages = (D == 64 ? 4 : (D == 128 ? 3 : 2))>
 struct DecodeConfig {
   using Element = Element_;
   static_assert(D == 64 || D == 128 || D == 256, "decode head dims: 64, 128, 256");
@@ -55,18 +35,9 @@ struct DecodeConfig {
   static constexpr int kThreads = 128;
   static constexpr int kWarpsN = 4 / WM;    // warps sharing a stage's keys
   static constexpr int kBlockM = 16 * WM;   // query rows per CTA
-  static constexpr int kBlockN = decode_block_n<D>();
+  // 4 / 3 / 2 stages for d 64 / 128 / 256 fit sm_80's 163 KB; d 256 takes 3
+  // where the device allows (H100: 227 KB a CTA), chosen at launch.
   static constexpr int kStages = Stages;
-  // 16-key slices a warp takes through one online-softmax update. At d 64 a
-  // slice's P V is only 8 MMAs, so the max / rescale / shuffle work (the
-  // same at every head dim) is shared by two slices; d 128 and 256 keep one.
-  static constexpr int kSlicesPerStep = D == 64 ? 2 : 1;
-  static_assert((kBlockN / 16) % (kWarpsN * kSlicesPerStep) == 0, "slices a stage");
-  // Leaner steps, at d 64 only: a key there carries half d 128's bytes, so
-  // per-key instructions weigh double (d 128 and 256 keep the code they were
-  // measured with). See "Lean steps" in decode_kernel.
-  static constexpr bool kLeanSteps = D == 64;
-  static_assert(!kLeanSteps || D <= 128, "lean steps keep Q's fragments in registers");
   static constexpr int kChunks = D / 8;     // 16-byte chunks per row
   static constexpr int kTileElems = kBlockN * D;
   static constexpr int kSmemQ = kBlockM * D * 2;
@@ -77,9 +48,6 @@ struct DecodeConfig {
   // The epilogue's per-warp partials reuse the K/V stages.
   static_assert(kWarpsN * kBlockM * (D + 2) * 4 <= kSmemKV, "epilogue scratch");
 };
-
-// How a warp step treats the logits (decode_kernel's step).
-enum class StepMode { kGeneral, kPlainMasked, kPlainFull };
 
 // Element offset of 16-byte chunk c of row r in a swizzled [rows][D] tile.
 template <int D>
@@ -92,7 +60,6 @@ __global__ void __launch_bounds__(128) decode_kernel(const KvcacheParams p) {
   using Element = typename Cfg::Element;
   constexpr int D = Cfg::kChunks * 8;
   constexpr int kBlockM = Cfg::kBlockM, kWarpsN = Cfg::kWarpsN, kStages = Cfg::kStages;
-  constexpr int kBlockN = Cfg::kBlockN, kStep = Cfg::kSlicesPerStep;
   constexpr int WM = kBlockM / 16;
   constexpr float kLog2e = 1.4426950408889634f;
   constexpr float kNegInf = -INFINITY;
@@ -111,7 +78,7 @@ __global__ void __launch_bounds__(128) decode_kernel(const KvcacheParams p) {
   const int G = p.group_size(), sq = p.seqlen_q, rows = G * sq;
   const int64_t L = p.length(b), pos0 = p.query_start(b);
 
-  // The key blocks this split covers: the group's visible range, cut evenly.
+  // The 64-key blocks this split covers: the group's visible range, cut evenly.
   const int64_t first = p.first_key(pos0), last = p.last_key(pos0 + sq - 1);
   const int64_t lo = first > 0 ? first : 0;
   const int64_t hi = last + 1 < L ? last + 1 : L;
@@ -199,7 +166,6 @@ __global__ void __launch_bounds__(128) decode_kernel(const KvcacheParams p) {
     }
     Element* dk = sK + stage * Cfg::kTileElems;
     Element* dv = sV + stage * Cfg::kTileElems;
-    bool all_read = true;  // every one of this thread's rows (some configs use it)
 #pragma unroll
     for (int k = 0; k < kPasses; ++k) {
       const int r = lr + k * kRowsPerPass;
@@ -208,20 +174,15 @@ __global__ void __launch_bounds__(128) decode_kernel(const KvcacheParams p) {
       cp_async_16(smem_addr(dk + swz<D>(r, lc)), ok ? kc_col + off : kc, ok);
       cp_async_16(smem_addr(dv + swz<D>(r, lc)), ok ? vc_col + off : vc, ok);
       if (lc == 0) sFlag[stage * kBlockN + r] = ok;
-      all_read = all_read && ok;
     }
-    return all_read;
   };
 
   int32_t pages[kPasses];  // (paged) the next block's page ids
-  // (kLeanSteps) Bit s: this thread's rows of stage s were all read.
-  [[maybe_unused]] uint32_t rows_read = 0;
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < n_blocks) {
       fetch_pages(blk_begin + s, pages);
-      const bool all_read = load_block(s, blk_begin + s, pages);
-      if constexpr (Cfg::kLeanSteps) rows_read |= uint32_t(all_read) << s;
+      load_block(s, blk_begin + s, pages);
     }
     cp_async_commit();
   }
@@ -263,167 +224,9 @@ __global__ void __launch_bounds__(128) decode_kernel(const KvcacheParams p) {
   // d 256 reloads them from shared memory per 16-key slice.
   constexpr bool kQInRegs = D <= 128;
   uint32_t qf[kQInRegs ? D / 16 : 1][4];
-
-  // Lean steps (Cfg::kLeanSteps):
-  //   - plain steps where no soft-cap or ALiBi is set and scale > 0 (CTA
-  //     uniform): no tanh select or per-logit ALiBi branch (a third of a
-  //     step's instructions), logits unscaled until exp2(s * scale_log2 - m),
-  //     one FFMA a logit, and no O rescale where no row's max moved;
-  //   - of those, unmasked steps in a stage whose keys every real row of the
-  //     CTA sees and whose rows were all read ([lo_all, hi_all) is the
-  //     intersection of the rows' visible ranges; padding rows then see keys
-  //     too, but their zero Q rows give finite logits and are never written);
-  //   - K fragments loaded in MMA register order (no register moves before
-  //     the MMAs), from lane offsets computed once (k_off / v_off: byte
-  //     offsets in a tile, per 16 dims).
-  [[maybe_unused]] const bool plain_logits =
-      Cfg::kLeanSteps && !softcap && !p.alibi_slopes && scale_log2 > 0.f;
-  [[maybe_unused]] int64_t lo_all = 0, hi_all = 0;
-  [[maybe_unused]] uint32_t k_off[D / 16], v_off[D / 16];
-  if constexpr (Cfg::kLeanSteps) {
-    const int64_t f = p.first_key(pos0 + sq - 1), e = p.last_key(pos0) + 1;
-    lo_all = f > 0 ? f : 0;
-    hi_all = e < L ? e : L;
-    // ldmatrix.x4 of K as (keys 0-7, dims 0-7), (0-7, 8-15), (8-15, 0-7),
-    // (8-15, 8-15): b0 / b1 of each 8-key MMA in consecutive registers.
-    const int krow = (lane & 7) | ((lane >> 1) & 8), kchunk = (lane >> 3) & 1;
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      k_off[kk] = 2 * swz<D>(krow, 2 * kk + kchunk);
-      v_off[kk] = 2 * swz<D>(lrow, 2 * kk + lchunk);
-    }
-  }
-
-  // One step of a warp: slices sb0 + u kWarpsN (u < kStep) of the stage at
-  // k_base / v_base whose first key is j0. kMode: kGeneral (any options,
-  // masked), kPlainMasked, kPlainFull (plain, no key masked).
-  auto step = [&](int sb0, int stage, int64_t j0, uint32_t k_base, uint32_t v_base, auto mode) {
-    constexpr StepMode kMode = decltype(mode)::value;
-    constexpr bool kPlain = kMode != StepMode::kGeneral;
-    constexpr bool kPaired = Cfg::kLeanSteps;
-    // S = Q K^T for 16 rows x 16 keys a slice.
-    float s[kStep][2][4];
-#pragma unroll
-    for (int u = 0; u < kStep; ++u) {
-      const int sb = sb0 + u * kWarpsN;
-#pragma unroll
-      for (int t = 0; t < 2; ++t) s[u][t][0] = s[u][t][1] = s[u][t][2] = s[u][t][3] = 0.f;
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        uint32_t bk[4];
-        if constexpr (kPaired) {
-          ldmatrix_x4(bk, k_base + sb * (32 * D) + k_off[kk]);
-          mma_16816<Element>(s[u][0], qf[kk], bk[0], bk[1]);
-          mma_16816<Element>(s[u][1], qf[kk], bk[2], bk[3]);
-        } else {
-          ldmatrix_x4(bk, k_base + 2 * swz<D>(sb * 16 + lrow, 2 * kk + lchunk));
-          if constexpr (kQInRegs) {
-            mma_16816<Element>(s[u][0], qf[kk], bk[0], bk[2]);
-            mma_16816<Element>(s[u][1], qf[kk], bk[1], bk[3]);
-          } else {
-            uint32_t a[4];
-            ldmatrix_x4(a, q_base + 2 * swz<D>(wm * 16 + lrow, 2 * kk + lchunk));
-            mma_16816<Element>(s[u][0], a, bk[0], bk[2]);
-            mma_16816<Element>(s[u][1], a, bk[1], bk[3]);
-          }
-        }
-      }
-    }
-    // Logits in log2 units (plain steps: unscaled), masked to -inf.
-    if constexpr (kMode != StepMode::kPlainFull) {
-#pragma unroll
-      for (int u = 0; u < kStep; ++u) {
-#pragma unroll
-        for (int t = 0; t < 2; ++t) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int h = e >> 1;
-            const int col = (sb0 + u * kWarpsN) * 16 + t * 8 + 2 * (lane & 3) + (e & 1);
-            const int32_t j = int32_t(j0) + col;
-            float x = s[u][t][e];
-            if constexpr (!kPlain) {
-              x = softcap ? cap_out * tanhf(x * cap_in) : x * scale_log2;
-              if (slope[h] != 0.f) x -= slope[h] * float(pos[h] > j ? pos[h] - j : int64_t(j) - pos[h]);
-            }
-            const bool vis = sFlag[stage * kBlockN + col] && j >= kmin[h] && j <= kmax[h];
-            s[u][t][e] = vis ? x : kNegInf;
-          }
-        }
-      }
-    }
-    // Online softmax over the step's 16 x kStep keys, per row.
-    float corr[2], m_use[2];
-    [[maybe_unused]] bool grew = false;  // some row's running max changed
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float mx = fmaxf(fmaxf(s[0][0][2 * h], s[0][0][2 * h + 1]),
-                       fmaxf(s[0][1][2 * h], s[0][1][2 * h + 1]));
-#pragma unroll
-      for (int u = 1; u < kStep; ++u)
-        mx = fmaxf(mx, fmaxf(fmaxf(s[u][0][2 * h], s[u][0][2 * h + 1]),
-                             fmaxf(s[u][1][2 * h], s[u][1][2 * h + 1])));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      if constexpr (kPlain) mx *= scale_log2;  // > 0: the max commutes with it
-      const float m_new = fmaxf(m[h], mx);
-      if constexpr (kPlain) grew = grew || m_new != m[h];
-      m_use[h] = m_new == kNegInf ? 0.f : m_new;
-      corr[h] = exp2f(m[h] - m_use[h]);
-      m[h] = m_new;
-      l[h] *= corr[h];
-    }
-    float pr[kStep][2][4];
-#pragma unroll
-    for (int u = 0; u < kStep; ++u)
-#pragma unroll
-      for (int t = 0; t < 2; ++t)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          if constexpr (kPlain)
-            pr[u][t][e] = exp2f(fmaf(s[u][t][e], scale_log2, -m_use[e >> 1]));
-          else
-            pr[u][t][e] = exp2f(s[u][t][e] - m_use[e >> 1]);
-          l[e >> 1] += pr[u][t][e];
-        }
-    // Plain steps skip the rescale where no row of the warp has a new max
-    // (corr is then 1, or 0 for a row with no visible key yet and o = 0).
-    if (!kPlain || __any_sync(0xffffffffu, grew)) {
-#pragma unroll
-      for (int t = 0; t < D / 8; ++t) {
-        acc[t][0] *= corr[0]; acc[t][1] *= corr[0];
-        acc[t][2] *= corr[1]; acc[t][3] *= corr[1];
-      }
-    }
-    // O += P V: the S accumulators are already P's A fragment layout.
-#pragma unroll
-    for (int u = 0; u < kStep; ++u) {
-      const int sb = sb0 + u * kWarpsN;
-      const uint32_t pa[4] = {
-          pack2<Element>(pr[u][0][0], pr[u][0][1]), pack2<Element>(pr[u][0][2], pr[u][0][3]),
-          pack2<Element>(pr[u][1][0], pr[u][1][1]), pack2<Element>(pr[u][1][2], pr[u][1][3])};
-#pragma unroll
-      for (int dd = 0; dd < D / 16; ++dd) {
-        uint32_t bv[4];
-        if constexpr (kPaired)
-          ldmatrix_x4_trans(bv, v_base + sb * (32 * D) + v_off[dd]);
-        else
-          ldmatrix_x4_trans(bv, v_base + 2 * swz<D>(sb * 16 + lrow, 2 * dd + lchunk));
-        mma_16816<Element>(acc[2 * dd], pa, bv[0], bv[1]);
-        mma_16816<Element>(acc[2 * dd + 1], pa, bv[2], bv[3]);
-      }
-    }
-  };
-  using General = std::integral_constant<StepMode, StepMode::kGeneral>;
-  using PlainMasked = std::integral_constant<StepMode, StepMode::kPlainMasked>;
-  using PlainFull = std::integral_constant<StepMode, StepMode::kPlainFull>;
-
   for (int64_t it = 0; it < n_blocks; ++it) {
     cp_async_wait<kStages - 2>();
-    [[maybe_unused]] bool stage_read = false;  // every row of this stage was read
-    if constexpr (Cfg::kLeanSteps)
-      stage_read = __syncthreads_and(int(rows_read >> int(it % kStages)) & 1);
-    else
-      __syncthreads();
+    __syncthreads();
     if (kQInRegs && it == 0) {
 #pragma unroll
       for (int kk = 0; kk < (kQInRegs ? D / 16 : 0); ++kk)
@@ -431,10 +234,7 @@ __global__ void __launch_bounds__(128) decode_kernel(const KvcacheParams p) {
     }
     const int64_t nxt = it + kStages - 1;
     if (nxt < n_blocks) {
-      const int ns = int(nxt % kStages);
-      const bool all_read = load_block(ns, blk_begin + nxt, pages);
-      if constexpr (Cfg::kLeanSteps)
-        rows_read = (rows_read & ~(1u << ns)) | (uint32_t(all_read) << ns);
+      load_block(int(nxt % kStages), blk_begin + nxt, pages);
       if (nxt + 1 < n_blocks) fetch_pages(blk_begin + nxt + 1, pages);  // used next iteration
     }
     cp_async_commit();
@@ -443,23 +243,75 @@ __global__ void __launch_bounds__(128) decode_kernel(const KvcacheParams p) {
     const int64_t j0 = (blk_begin + it) * kBlockN;
     const uint32_t k_base = smem_addr(sK + stage * Cfg::kTileElems);
     const uint32_t v_base = smem_addr(sV + stage * Cfg::kTileElems);
-    [[maybe_unused]] const bool full =
-        plain_logits && stage_read && j0 >= lo_all && j0 + kBlockN <= hi_all;
-    // Warp wn takes slices wn, wn + kWarpsN, ...; kStep of them (sb0 +
-    // u kWarpsN) share one online-softmax update.
 #pragma unroll
-    for (int sb0 = wn; sb0 < kBlockN / 16; sb0 += kWarpsN * kStep) {
-      if constexpr (Cfg::kLeanSteps) {
-        if (full) {
-          step(sb0, stage, j0, k_base, v_base, PlainFull{});
-          continue;
-        }
-        if (plain_logits) {
-          step(sb0, stage, j0, k_base, v_base, PlainMasked{});
-          continue;
+    for (int sb = wn; sb < kBlockN / 16; sb += kWarpsN) {
+      // S = Q K^T for 16 rows x 16 keys.
+      float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t bk[4];
+        ldmatrix_x4(bk, k_base + 2 * swz<D>(sb * 16 + lrow, 2 * kk + lchunk));
+        if constexpr (kQInRegs) {
+          mma_16816<Element>(s[0], qf[kk], bk[0], bk[2]);
+          mma_16816<Element>(s[1], qf[kk], bk[1], bk[3]);
+        } else {
+          uint32_t a[4];
+          ldmatrix_x4(a, q_base + 2 * swz<D>(wm * 16 + lrow, 2 * kk + lchunk));
+          mma_16816<Element>(s[0], a, bk[0], bk[2]);
+          mma_16816<Element>(s[1], a, bk[1], bk[3]);
         }
       }
-      step(sb0, stage, j0, k_base, v_base, General{});
+      // Logits in log2 units, masked to -inf.
+#pragma unroll
+      for (int t = 0; t < 2; ++t) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int h = e >> 1;
+          const int col = sb * 16 + t * 8 + 2 * (lane & 3) + (e & 1);
+          const int32_t j = int32_t(j0) + col;
+          float x = s[t][e];
+          x = softcap ? cap_out * tanhf(x * cap_in) : x * scale_log2;
+          if (slope[h] != 0.f) x -= slope[h] * float(pos[h] > j ? pos[h] - j : int64_t(j) - pos[h]);
+          const bool vis = sFlag[stage * kBlockN + col] && j >= kmin[h] && j <= kmax[h];
+          s[t][e] = vis ? x : kNegInf;
+        }
+      }
+      // Online softmax over the 16 keys, per row.
+      float corr[2], m_use[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float mx = fmaxf(fmaxf(s[0][2 * h], s[0][2 * h + 1]), fmaxf(s[1][2 * h], s[1][2 * h + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m[h], mx);
+        m_use[h] = m_new == kNegInf ? 0.f : m_new;
+        corr[h] = exp2f(m[h] - m_use[h]);
+        m[h] = m_new;
+        l[h] *= corr[h];
+      }
+      float pr[2][4];
+#pragma unroll
+      for (int t = 0; t < 2; ++t)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          pr[t][e] = exp2f(s[t][e] - m_use[e >> 1]);
+          l[e >> 1] += pr[t][e];
+        }
+#pragma unroll
+      for (int t = 0; t < D / 8; ++t) {
+        acc[t][0] *= corr[0]; acc[t][1] *= corr[0];
+        acc[t][2] *= corr[1]; acc[t][3] *= corr[1];
+      }
+      // O += P V: the S accumulators are already P's A fragment layout.
+      uint32_t pa[4] = {pack2<Element>(pr[0][0], pr[0][1]), pack2<Element>(pr[0][2], pr[0][3]),
+                        pack2<Element>(pr[1][0], pr[1][1]), pack2<Element>(pr[1][2], pr[1][3])};
+#pragma unroll
+      for (int dd = 0; dd < D / 16; ++dd) {
+        uint32_t bv[4];
+        ldmatrix_x4_trans(bv, v_base + 2 * swz<D>(sb * 16 + lrow, 2 * dd + lchunk));
+        mma_16816<Element>(acc[2 * dd], pa, bv[0], bv[1]);
+        mma_16816<Element>(acc[2 * dd + 1], pa, bv[2], bv[3]);
+      }
     }
   }
 
