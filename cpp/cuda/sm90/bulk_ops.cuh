@@ -1,5 +1,5 @@
-// Bulk async copies and reductions from shared to global memory (sm90), a 16-byte
-// reduction from registers, and the gpu-scope counters deterministic mode
+// Bulk async copies and reductions from shared to global memory (sm90), a
+// 16-byte reduction from registers, and the gpu-scope counters deterministic mode
 // orders the copies with; the Hopper backward kernels add their dQ tiles to
 // the float32 accumulator with these.
 #pragma once

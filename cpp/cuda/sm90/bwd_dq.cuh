@@ -105,9 +105,9 @@ __device__ __forceinline__ void bwd_write_dq(const BwdKernelParams<Cfg>& kp, typ
 // batch), thread t reading what consumer thread t staged, a part (of
 // D / kDqParts columns: the wide kernel adds its tiles in two) at a time.
 // vec_ok (dq rows 16-byte aligned): the part goes through a row-major
-// shared tile and leaves in 16-byte stores, whole rows a warp (stored from
-// the accumulator layout, 4-byte pairs of 8 rows an instruction, it had
-// run at ~60% of DRAM bandwidth: ncu, d128 1k).
+// shared tile and leaves in 16-byte stores, two whole rows a warp. (Stored
+// straight from the accumulator layout, 4-byte pairs over 8 rows an
+// instruction, it had run at ~60% of DRAM bandwidth: ncu, d128 1k.)
 template <class Cfg>
 __global__ void __launch_bounds__(256) bwd_dq_convert_kernel(const BwdParams p, const float* __restrict__ dq_accum,
                                                              int rows_pad, bool pair_ok, bool vec_ok) {
