@@ -85,6 +85,19 @@ def test_paged_equals_contiguous_random_pages(dtype, page_size):
     _check(op, q, kc, vc, lens, dtype)
 
 
+def test_pages_smaller_than_the_kernels_row_step_are_refused():
+    # The split kernel steps a thread's rows 1024 / head_dim apart, one page at
+    # most a step: smaller pages get a clear error instead of wrong rows.
+    dtype, d = _built_dtypes()[0], _built_dims()[0]
+    page_size = max(1, 1024 // d // 2)
+    b, sq, hq, hkv, cap = 2, 1, 4, 2, 16 * page_size
+    rng, q, kc, vc, _, _ = _inputs(3, b, sq, hq, hkv, d, cap, dtype)
+    kp, pt = to_paged(np.asarray(kc), page_size, rng)
+    with pytest.raises(Exception, match="page_size"):
+        jax.block_until_ready(jax_flash.attention_with_kvcache(
+            q, jnp.asarray(kp), jnp.asarray(kp), jnp.asarray([cap, 3], jnp.int32), page_table=jnp.asarray(pt)))
+
+
 @pytest.mark.parametrize("paged", [False, True])
 def test_append_and_donation(paged):
     dtype, d = _built_dtypes()[0], _built_dims()[0]
