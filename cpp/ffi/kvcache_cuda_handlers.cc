@@ -21,13 +21,12 @@ ffi::Error run(KvcacheParams& p, ffi::Buffer<ffi::F32>& workspace, cudaStream_t 
                   std::to_string(p.head_dim) +
                   " in this build (built head dims: 64, 128, 256 minus those JAX_FLASH_CUDA_HEAD_DIMS "
                   "/ JAX_FLASH_CUDA_DTYPES leave out)");
-  // The split kernel walks a thread's rows 1024 / head_dim apart and moves
-  // its page cursor by at most one page a step (decode_kernel.cuh), so
-  // smaller pages would read wrong rows, past the pool at its end.
-  if (p.paged() && p.cache_rows < 1024 / p.head_dim)
+  // Smaller pages would send the split kernel's page walk to wrong rows,
+  // past the pool at its end (cuda::kvcache_min_page_size).
+  if (const int min_page = cuda::kvcache_min_page_size(p.head_dim); p.paged() && p.cache_rows < min_page)
     return kv_err("on CUDA a paged cache needs page_size (k_cache.shape[1]) of at least " +
-                  std::to_string(1024 / p.head_dim) + " at head_dim " + std::to_string(p.head_dim) +
-                  ", got " + std::to_string(p.cache_rows));
+                  std::to_string(min_page) + " at head_dim " + std::to_string(p.head_dim) + ", got " +
+                  std::to_string(p.cache_rows));
   const size_t need = cuda::kvcache_workspace_floats(p);
   if (workspace.element_count() < need)
     return kv_err("workspace holds " + std::to_string(workspace.element_count()) +

@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "cuda/decode/decode_launch.h"  // kvcache_min_page_size
 #include "cuda/decode/decode_ptx.cuh"
 #include "kvcache_params.h"
 
@@ -109,6 +110,7 @@ __global__ void __launch_bounds__(128) decode_kernel(const KvcacheParams p) {
   // round trip does not stall the cp.async issue (H100: paged d256 and
   // 16-query shapes had run at 0.63-0.82x the contiguous cache).
   constexpr int kRowsPerPass = Cfg::kThreads / Cfg::kChunks;
+  static_assert(kRowsPerPass == kvcache_min_page_size(D), "the CUDA handler refuses smaller pages");
   constexpr int kPasses = kBlockN / kRowsPerPass;
   const int lc = tid % Cfg::kChunks, lr = tid / Cfg::kChunks;
   const int64_t row_stride = p.row_stride();
@@ -118,8 +120,8 @@ __global__ void __launch_bounds__(128) decode_kernel(const KvcacheParams p) {
   const Element* vc_col = vc + int64_t(hk) * D + lc * 8;
   const int64_t contig_base = int64_t(b) * p.cache_rows;
   // This thread's rows of block blk are j = first + k kRowsPerPass; their
-  // pages advance by at most one a row step (kRowsPerPass <= 16 <= page
-  // size), so one division a block, not one a row (a division per row had
+  // pages advance by at most one a row step (page_size >= kRowsPerPass:
+  // kvcache_min_page_size), so one division a block, not one a row (a division per row had
   // cost the issue-bound d256 / 16-query kernels up to 30%).
   auto first_row = [&](int64_t blk, uint32_t& page, uint32_t& rem) {
     const uint32_t j = uint32_t(blk * kBlockN + lr);
