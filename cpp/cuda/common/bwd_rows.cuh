@@ -39,12 +39,28 @@ __device__ __forceinline__ RowIndex split_row(const BwdParams& p, int64_t r) {
   return {int(bh / p.heads_q), int(bh % p.heads_q), int(r % p.seqlen_q)};
 }
 
+// Flat buffers cleared by the whole grid, 16 bytes a store: the Hopper
+// kernels' padded, tile-staged dQ accumulator and their deterministic-mode
+// counters, cleared here instead of by memsets of their own (one pass over
+// memory and two launches fewer before the main kernel).
+struct FlatClear {
+  float4* ptr[2] = {nullptr, nullptr};
+  int64_t count[2] = {0, 0};  // float4s
+  __device__ __forceinline__ void run() const {
+    const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+    CUTE_UNROLL
+    for (int b = 0; b < 2; ++b)
+      for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < count[b]; k += stride)
+        ptr[b][k] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+};
+
 // ---------------------------------------------------------------------------
 // One warp per (batch, head, query row).
 template <class Element>
 __global__ void __launch_bounds__(256)
 bwd_preprocess_kernel(const BwdParams p, float* __restrict__ dsum, float* __restrict__ dq_accum,
-                      int accum_dim) {
+                      int accum_dim, FlatClear clear) {
   const int lane = threadIdx.x % 32;
   const int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int64_t nwarps = int64_t(gridDim.x) * blockDim.x / 32;
@@ -65,6 +81,7 @@ bwd_preprocess_kernel(const BwdParams p, float* __restrict__ dsum, float* __rest
       for (int e = lane; e < accum_dim / 4; e += 32) row[e] = make_float4(0.f, 0.f, 0.f, 0.f);
     }
   }
+  clear.run();
 }
 
 // One warp per (batch, head, query row): dq = scale * accumulator.
@@ -100,7 +117,7 @@ __device__ __forceinline__ int64_t vec_row_groups() {
 template <class Element>
 __global__ void __launch_bounds__(256)
 bwd_preprocess_vec_kernel(const BwdParams p, float* __restrict__ dsum, float* __restrict__ dq_accum,
-                          int accum_dim) {
+                          int accum_dim, FlatClear clear) {
   static_assert(sizeof(Element) * kRowVec == 16);
   const int sub = threadIdx.x % kRowLanes;
   const int64_t group = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / kRowLanes;
@@ -136,6 +153,7 @@ bwd_preprocess_vec_kernel(const BwdParams p, float* __restrict__ dsum, float* __
       for (int e = sub; e < accum_dim / 4; e += kRowLanes) row[e] = make_float4(0.f, 0.f, 0.f, 0.f);
     }
   }
+  clear.run();
 }
 
 template <class Element>
@@ -182,17 +200,19 @@ inline bool rows_vec_ok(const void* base, int head_dim, int64_t batch_stride, in
          batch_stride % kRowVec == 0 && row_stride % kRowVec == 0 && head_stride % kRowVec == 0;
 }
 
-// D = rowsum(dO * O) into dsum; clears accum (accum_dim floats a row) unless null.
+// D = rowsum(dO * O) into dsum; clears accum (accum_dim floats a row) unless
+// null, and the flat buffer `clear` (16-byte aligned, a multiple of 16 bytes).
 template <class Element>
 static void launch_preprocess(const BwdParams& p, float* dsum, float* accum, int accum_dim,
-                              cudaStream_t stream) {
+                              cudaStream_t stream, FlatClear clear = {}) {
   const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
   if (rows <= 0) return;
   if (rows_vec_ok(p.o, p.head_dim, p.o_batch_stride, p.o_row_stride, p.o_head_stride) &&
       rows_vec_ok(p.dout, p.head_dim, p.do_batch_stride, p.do_row_stride, p.do_head_stride))
-    bwd_preprocess_vec_kernel<Element><<<rows_grid(rows, 256 / kRowLanes), 256, 0, stream>>>(p, dsum, accum, accum_dim);
+    bwd_preprocess_vec_kernel<Element>
+        <<<rows_grid(rows, 256 / kRowLanes), 256, 0, stream>>>(p, dsum, accum, accum_dim, clear);
   else
-    bwd_preprocess_kernel<Element><<<rows_grid(rows), 256, 0, stream>>>(p, dsum, accum, accum_dim);
+    bwd_preprocess_kernel<Element><<<rows_grid(rows), 256, 0, stream>>>(p, dsum, accum, accum_dim, clear);
 }
 
 // dq = scale * accum.

@@ -101,19 +101,22 @@ cudaError_t launch_bwd_ws(const BwdParams& p, BwdLaunchFlags flags, int rotate, 
                                               int(sizeof(Element)), p.segment_ids())
                             : 0;
 
-  bwd::launch_preprocess<Element>(p, dsum, nullptr, D, stream);  // D = rowsum(dO O)
+  // D = rowsum(dO O). The pre-pass also clears the dQ accumulator, except
+  // when ordered (deterministic, no masks): each tile's first add is then a
+  // store (bwd_write_dq); and the ordered mode's counters.
+  bwd::FlatClear clear;
+  if (!Cfg::kDkdvOnly && (kp.dq_order == nullptr || Cfg::kMasks)) {
+    clear.ptr[0] = reinterpret_cast<float4*>(accum);
+    clear.count[0] = int64_t(p.batch) * p.heads_q * rows_pad * (D / 4);
+  }
+  if (kp.dq_order != nullptr) {  // 256-byte aligned and sized (bwd_dispatch.h)
+    clear.ptr[1] = reinterpret_cast<float4*>(kp.dq_order);
+    clear.count[1] = int64_t(bwd_order_bytes(p, D) / sizeof(float4));
+  }
+  bwd::launch_preprocess<Element>(p, dsum, nullptr, D, stream, clear);
   if constexpr (Cfg::kDkdvOnly) {
     kernel<<<dim3(key_tiles, p.heads_kv, p.batch), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(kp);
     return cudaGetLastError();
-  }
-  // Ordered (deterministic, no masks): each tile's first add is a store (bwd_write_dq).
-  if (kp.dq_order == nullptr || Cfg::kMasks) {
-    const size_t accum_bytes = sizeof(float) * size_t(p.batch) * size_t(p.heads_q) * size_t(rows_pad) * D;
-    if (const cudaError_t err = cudaMemsetAsync(accum, 0, accum_bytes, stream); err != cudaSuccess) return err;
-  }
-  if (kp.dq_order != nullptr) {
-    const cudaError_t err = cudaMemsetAsync(kp.dq_order, 0, bwd_order_bytes(p, D), stream);
-    if (err != cudaSuccess) return err;
   }
   kernel<<<dim3(key_tiles, p.heads_kv, p.batch), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(kp);
   const dim3 convert_grid((p.seqlen_q + M - 1) / M, p.heads_q, p.batch);

@@ -88,10 +88,18 @@ struct BwdMainloop {
 
     barrier_wait(ss.kv_full, 0u);
     RingState<Cfg::kStages> ring;
-    // Declared once: inside the loop they left ptxas spilling more (d128
-    // 20 B -> 4 B; H100 fwd+bwd +1-2% at d128 4k / 16k).
-    AccS acc_s, acc_dp;
+    // d64's 128-query steps leave the registers tightest (S^T and dP^T: 64
+    // each). There S^T / dP^T are declared per step (declared once, ptxas
+    // serialised every wgmma: warning C7512) and the causal / edge masks are
+    // a second pass after the exponentials (inside their loop, the index
+    // math spilled 584 B). At d128 the accumulators are declared once (per
+    // step, ptxas spilled 20 B instead of 4; H100 fwd+bwd +1-2% at 4k / 16k).
+    constexpr bool kTight = M == 128;
+    AccS acc_s_once, acc_dp_once;
     for (int step = 0; step < w.steps; ++step) {
+      AccS acc_s_step, acc_dp_step;
+      AccS& acc_s = kTight ? acc_s_step : acc_s_once;
+      AccS& acc_dp = kTight ? acc_dp_step : acc_dp_once;
       const int st = ring.index;
       const int m0 = w.m_block(step) * M;
       barrier_wait(ss.full[st], ring.phase);
@@ -201,11 +209,22 @@ struct BwdMainloop {
             CUTE_UNROLL
             for (int r = 0; r < size<0>(s); ++r) {
               float pv = exp2f(s(r, c) * kp.scale_log2 - l);
-              if (mask) {
+              if (!kTight && mask) {
                 const int key = n0 + get<0>(tSc_rc(r, c)), query = m0 + qc;
                 pv = key < Sk && query < Sq && (!p.causal || key <= query) ? pv : 0.f;
               }
               s(r, c) = pv;
+            }
+          }
+        }
+        if (kTight && mask) {  // (the same masks, a second pass)
+          CUTE_UNROLL
+          for (int c = 0; c < size<1>(s); ++c) {
+            const int query = m0 + get<1>(tSc_rc(0, c));
+            CUTE_UNROLL
+            for (int r = 0; r < size<0>(s); ++r) {
+              const int key = n0 + get<0>(tSc_rc(r, c));
+              s(r, c) = key < Sk && query < Sq && (!p.causal || key <= query) ? s(r, c) : 0.f;
             }
           }
         }
