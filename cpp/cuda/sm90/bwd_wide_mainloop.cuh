@@ -30,7 +30,7 @@ struct BwdWideMainloop {
   static constexpr int M = Cfg::kBlockM, N = Cfg::kBlockN, D = Cfg::kHeadDim;
 
   typename Cfg::TiledMmaSdP mma_sdp;  // one warpgroup
-  typename Cfg::TiledMmadKV mma_dkv;  // both
+  typename Cfg::TiledMmadKV mma_dkv;  // one warpgroup: dV (0) or dK (1)
   typename Cfg::TiledMmadQ mma_dq;    // both, one dQ part
   int ct;  // consumer thread, 0..255
 
