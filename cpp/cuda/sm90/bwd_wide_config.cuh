@@ -4,27 +4,25 @@
 //
 // Why not BwdConfig's shape: there each consumer warpgroup owns 64 keys and
 // keeps dK and dV (64 x D fp32 each) in registers, 256 a thread at D = 256.
-// Here a CTA owns 64 keys and its two consumer warpgroups split the head dim
-// of dK and dV (64 x 128 of each: 128 registers a thread), so every product
-// with the head dim as N is split the same way, and the key x query tiles
-// (P^T, dS^T) go through shared memory:
-//   S^T  = K Q^T          warpgroup 0 alone, SS (64 keys x 64 queries, K = D)
-//   dP^T = V dO^T         warpgroup 1 alone, at the same time
-//   P^T  -> smem          warpgroup 0;  dS^T = P^T (dP^T - D) -> smem  warpgroup 1
-//   dV  += P^T dO, dK += dS^T Q     SS, each warpgroup its 128 head-dim columns
-//   dQ   = dS K           SS, in two 128-column parts (64 columns a
-//                         warpgroup), each added to the float32 accumulator
-//                         from registers (red.global.add.v4) while the
-//                         next product runs
-// Keeping S^T and dP^T one warpgroup each (not 32 queries of both) keeps
-// every wgmma at N >= 64: at N = 32 an SS wgmma re-reads the whole 64-row A
-// tile per 32 columns and the step becomes bound by smem bandwidth.
+// Here a CTA owns 64 keys and each consumer warpgroup keeps one of dK, dV
+// (64 x 256 fp32: 128 registers a thread), so each of them is an RS
+// product from the registers its warpgroup already holds:
+//   warpgroup 0: S^T = K Q^T (SS) -> P^T -> smem;  dV += P^T dO (RS)
+//   warpgroup 1: dP^T = V dO^T (SS); P^T from smem; dS^T = P^T (dP^T - D)
+//                -> smem;  dK += dS^T Q (RS)
+//   both:        dQ = dS K (SS, after a named barrier), in two 128-column
+//                parts (64 columns a warpgroup), each added to the float32
+//                accumulator from registers (red.global.add.v4)
+// Every wgmma keeps N >= 64: at N = 32 an SS wgmma re-reads the whole
+// 64-row A tile per 32 columns and the step becomes bound by smem
+// bandwidth. (Before, the two warpgroups split dK's and dV's head dim and
+// read P^T / dS^T from smem for SS products: 32 KB more smem reads a step.)
 //
 // Shared memory (16-bit inputs): K, V 32 KB each; Q and dO two stages each
-// (128 KB; dO is freed after dV, Q after dK); P^T and dS^T double-buffered
-// (32 KB: a warpgroup may write the next step's while the other's wgmmas
-// still read this one): 224 KB and the statistics. No room for a staged
-// dQ tile beside that, hence dQ's adds from registers.
+// (128 KB; dO is freed after dP^T and dV, Q after S^T and dK); P^T and
+// dS^T double-buffered (32 KB: a warpgroup may write the next step's while
+// the other still reads this one): 224 KB and the statistics. No room for a
+// staged dQ tile beside that, hence dQ's adds from registers.
 #pragma once
 
 #include <cstdint>
@@ -63,12 +61,12 @@ struct BwdWideConfig {
   // S^T or dP^T (BN, BM), one warpgroup each: A = K / V, B = Q / dO, K-major.
   using TiledMmaSdP = decltype(make_tiled_mma(
       GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kBlockM>, Int<kHeadDim>>>(), Layout<Shape<_1, _1, _1>>{}));
-  // dV, dK (BN, D) += P^T / dS^T (BN, BM; smem, K-major) times dO / Q seen
-  // as (D, BM), MN-major; the warpgroups split D.
+  // dV (warpgroup 0) or dK (warpgroup 1), (BN, D) += P^T / dS^T (BN, BM;
+  // registers) times dO / Q seen as (D, BM), MN-major.
   using TiledMmadKV = decltype(make_tiled_mma(
-      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim / 2>, Int<kBlockM>>, GMMA::Major::K,
+      GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockM>>, GMMA::Major::K,
                            GMMA::Major::MN>(),
-      Layout<Shape<_1, _2, _1>>{}));
+      Layout<Shape<_1, _1, _1>>{}));
   // One dQ part (BM, D / kDqParts) = dS (BM, BN) K (BN, D / kDqParts), both
   // MN-major views; the warpgroups split its columns.
   static constexpr int kDqParts = 2;
@@ -121,8 +119,8 @@ struct BwdWideConfig {
     alignas(16) float dsum[kStages][kBlockM];
     // kv_full: K and V landed (once). full[s]: stage s's Q landed and the
     // producer warp stored its LSE and D; empty[s]: every consumer thread
-    // is done with it (after dK). do_full / do_empty: the dO ring (free
-    // after dV).
+    // is done with it (warpgroup 0 after P^T, 1 after dK). do_full /
+    // do_empty: the dO ring (free after dP^T and dV).
     alignas(8) uint64_t kv_full;
     uint64_t full[kStages], empty[kStages];
     uint64_t do_full[kDoStages], do_empty[kDoStages];
@@ -132,7 +130,7 @@ struct BwdWideConfig {
 };
 
 // Named barriers of the wide backward (0 is __syncthreads): P^T is in
-// shared memory; dS^T is.
+// shared memory (warpgroup 0 arrives, 1 waits); dS^T is (both).
 inline constexpr int kBarWideP = 1, kBarWideDs = 2;
 
 }  // namespace jax_flash::cuda::sm90

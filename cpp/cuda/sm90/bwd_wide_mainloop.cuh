@@ -1,13 +1,14 @@
 // The consumers of the wide-head (head dim 256) warp-specialised Hopper
-// backward: two warpgroups that share the CTA's 64 keys and split the head
-// dim of dK and dV (bwd_wide_config.cuh). Per step (a query tile of one
-// q head):
-//   warpgroup 0: S^T = K Q^T -> P^T -> smem      warpgroup 1: dP^T = V dO^T
-//   (named barrier: P^T in smem)
-//   both: dV += P^T dO (SS)        warpgroup 1: dS^T = P^T (dP^T - D) -> smem
-//   (named barrier: dS^T in smem; dV done frees dO)
-//   both: dQ part 0 = dS K and dK += dS^T Q; part 0 added to the float32
-//   accumulator with red.global.add.v4 while dK runs; dQ part 1, added.
+// backward: two warpgroups that share the CTA's 64 keys, warpgroup 0
+// accumulating dV and warpgroup 1 dK (bwd_wide_config.cuh). Per step (a
+// query tile of one q head):
+//   warpgroup 0: S^T = K Q^T -> P^T -> smem (named barrier: arrive)
+//                dV += P^T dO (RS, P^T from registers)
+//   warpgroup 1: dP^T = V dO^T; (named barrier: wait) P^T from smem;
+//                dS^T = P^T (dP^T - D) -> smem; dK += dS^T Q (RS)
+//   (named barrier: dS^T in smem)
+//   both: dQ part 0 = dS K, then part 1 while part 0 is added to the
+//   float32 accumulator with red.global.add.v4; part 1, added.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -29,7 +30,7 @@ struct BwdWideMainloop {
   static constexpr int M = Cfg::kBlockM, N = Cfg::kBlockN, D = Cfg::kHeadDim;
 
   typename Cfg::TiledMmaSdP mma_sdp;  // one warpgroup
-  typename Cfg::TiledMmadKV mma_dkv;  // both
+  typename Cfg::TiledMmadKV mma_dkv;  // one warpgroup: dV (0) or dK (1)
   typename Cfg::TiledMmadQ mma_dq;    // both, one dQ part
   int ct;  // consumer thread, 0..255
 
@@ -37,9 +38,10 @@ struct BwdWideMainloop {
 
   using AccKV = decltype(partition_fragment_C(typename Cfg::TiledMmadKV{}, Shape<Int<N>, Int<D>>{}));
 
+  // acc: this warpgroup's dV (warpgroup 0) or dK (warpgroup 1).
   template <class Work>
   __device__ __forceinline__ void run(const BwdKernelParams<Cfg>& kp, typename Cfg::SharedStorage& ss, const Work& w,
-                                      AccKV& acc_dk, AccKV& acc_dv) {
+                                      AccKV& acc) {
     const BwdParams& p = kp.p;
     const int wg = __shfl_sync(0xffffffffu, ct / 128, 0);  // warp-uniform
     const int wt = ct % 128;
@@ -55,7 +57,7 @@ struct BwdWideMainloop {
     Tensor sdS = make_tensor(make_smem_ptr(ss.ds.data()), typename Cfg::SmemLayoutdS{});
 
     auto thr_sdp = mma_sdp.get_thread_slice(wt);
-    auto thr_dkv = mma_dkv.get_thread_slice(ct);
+    auto thr_dkv = mma_dkv.get_thread_slice(wt);
     auto thr_dq = mma_dq.get_thread_slice(ct);
     // Warpgroup 0 reads (K, Q), warpgroup 1 (V, dO): separate fragments
     // rather than one set on a selected pointer, so that the descriptors'
@@ -64,9 +66,7 @@ struct BwdWideMainloop {
     Tensor tSrV = thr_sdp.partition_fragment_A(sV);
     Tensor tSrQ = thr_sdp.partition_fragment_B(sQ);       // (MMA, MMA_N, MMA_K, stage)
     Tensor tSrdO = thr_sdp.partition_fragment_B(sdO);
-    Tensor tdVrPt = thr_dkv.partition_fragment_A(sPt);    // (MMA, MMA_M, MMA_K, buffer)
-    Tensor tdKrdSt = thr_dkv.partition_fragment_A(sdSt);
-    Tensor tdVrdOt = thr_dkv.partition_fragment_B(sdOt);  // (MMA, MMA_N, MMA_K, 1)
+    Tensor tdVrdOt = thr_dkv.partition_fragment_B(sdOt);  // (MMA, MMA_N, MMA_K, stage)
     Tensor tdKrQt = thr_dkv.partition_fragment_B(sQt);    // (MMA, MMA_N, MMA_K, stage)
     Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);     // (MMA, MMA_M, MMA_K, buffer)
     constexpr int kCols = D / Cfg::kDqParts;
@@ -103,8 +103,8 @@ struct BwdWideMainloop {
         red_add_f32x4(base + i * Cfg::kConsumerThreads, acc_dq(i), acc_dq(i + 1), acc_dq(i + 2), acc_dq(i + 3));
     };
 
-    // Warpgroup 0: P^T from the S^T wgmma in flight on a, into buffer b.
-    auto store_p = [&](AccS& a, int st, int m0, int b) {
+    // Warpgroup 0: P^T in place of the S^T wgmma in flight on a.
+    auto make_p = [&](AccS& a, int st, int m0) {
       Tensor s = make_tensor(a.data(), fwd::acc_rowcol_layout(a.layout()));
       // Columns are queries, so the LSE varies along columns.
       float lse2[decltype(size<1>(s))::value];
@@ -125,80 +125,88 @@ struct BwdWideMainloop {
           s(r, c) = pv;
         }
       }
-      Tensor rP = fwd::convert_regs<Element>(a);
-      cute::copy(r2s, r2s_thr.retile_S(rP), tPsPt(_, _, _, b));
-      cutlass::arch::fence_view_async_shared();  // st.shared -> wgmma reads
     };
 
     barrier_wait(ss.kv_full, 0u);
     RingState<Cfg::kStages> ring;
     RingState<Cfg::kDoStages> do_ring;
     for (int step = 0; step < w.steps; ++step) {
-      const int st = ring.index, buf = step & 1;
+      const int st = ring.index, buf = step & 1, ds = do_ring.index;
       const int m0 = w.m_block(step) * M;
       barrier_wait(ss.full[st], ring.phase);
-      AccS acc;  // S^T (warpgroup 0) or dP^T (warpgroup 1)
+      AccS acc_s;  // S^T (warpgroup 0) or dP^T (warpgroup 1)
+      // P^T (warpgroup 0) or dS^T (1) in 16 bits: the A operand of dV / dK,
+      // one variable for both so that one set of registers stays live
+      // until the wgmma has read it.
+      Tensor rA = make_tensor<Element>(acc_s.layout());
+      Tensor tA = make_tensor(rA.data(), fwd::PAsALayout<M>{});
       if (wg == 0) {
-        fwd::wgmma_issue<true, false>(mma_sdp, tSrK, tSrQ(_, _, _, st), acc);
-        store_p(acc, st, m0, buf);
+        fwd::wgmma_issue<true, false>(mma_sdp, tSrK, tSrQ(_, _, _, st), acc_s);
+        make_p(acc_s, st, m0);
+        barrier_arrive(ss.empty[st]);  // Q (S^T) and the LSE: done with this stage
+        rA = fwd::convert_regs<Element>(acc_s);
+        cute::copy(r2s, r2s_thr.retile_S(rA), tPsPt(_, _, _, buf));
+        named_arrive(kBarWideP, Cfg::kConsumerThreads);  // (read by warpgroup 1's loads, no wgmma: no proxy fence)
+        barrier_wait(ss.do_full[ds], do_ring.phase);
+        fwd::wgmma_issue<false, true>(mma_dkv, tA, tdVrdOt(_, _, _, ds), acc);
       } else {
-        barrier_wait(ss.do_full[do_ring.index], do_ring.phase);
-        fwd::wgmma_issue<true, false>(mma_sdp, tSrV, tSrdO(_, _, _, do_ring.index), acc);
-      }
-      Tensor s = make_tensor(acc.data(), fwd::acc_rowcol_layout(acc.layout()));
-      named_sync(kBarWideP, Cfg::kConsumerThreads);
-
-      Tensor tdVrPt_b = tdVrPt(_, _, _, buf);
-      Tensor tdKrdSt_b = tdKrdSt(_, _, _, buf);
-      fwd::wgmma_issue<false, false>(mma_dkv, tdVrPt_b, tdVrdOt(_, _, _, do_ring.index), acc_dv);
-      if (wg == 1) {
-        // dS^T = P^T (dP^T - D), P^T read back (16-bit) at this thread's
-        // own accumulator positions (warpgroup 0's partition).
-        warpgroup_wait<1>();  // dP^T (dV stays in flight)
-        warpgroup_fence_operand(acc);
-        Tensor rP = make_tensor<Element>(acc.layout());
-        cute::copy(r2s, tPsPt_src(_, _, _, buf), r2s_thr.retile_D(rP));
-        Tensor pr = make_tensor(rP.data(), fwd::acc_rowcol_layout(rP.layout()));
+        barrier_wait(ss.do_full[ds], do_ring.phase);
+        fwd::wgmma_issue<true, false>(mma_sdp, tSrV, tSrdO(_, _, _, ds), acc_s);
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(acc_s);
+        barrier_arrive(ss.do_empty[ds]);  // dO (dP^T): this warpgroup is done with it
+        // dS^T = P^T (dP^T - D), P^T read back (16-bit) at this thread's own
+        // accumulator positions (warpgroup 0's partition).
+        Tensor s = make_tensor(acc_s.data(), fwd::acc_rowcol_layout(acc_s.layout()));
+        named_sync(kBarWideP, Cfg::kConsumerThreads);
+        Tensor rPb = make_tensor<Element>(acc_s.layout());
+        cute::copy(r2s, tPsPt_src(_, _, _, buf), r2s_thr.retile_D(rPb));
+        Tensor pr = make_tensor(rPb.data(), fwd::acc_rowcol_layout(rPb.layout()));
         CUTE_UNROLL
         for (int c = 0; c < size<1>(s); ++c) {
           const float dd = ss.dsum[st][get<1>(tSc_rc(0, c))];
           CUTE_UNROLL
           for (int r = 0; r < size<0>(s); ++r) s(r, c) = float(pr(r, c)) * (s(r, c) - dd);
         }
-        Tensor rdS = fwd::convert_regs<Element>(acc);
-        cute::copy(r2s, r2s_thr.retile_S(rdS), tdSsdSt(_, _, _, buf));
-        cutlass::arch::fence_view_async_shared();
+        rA = fwd::convert_regs<Element>(acc_s);
+        if constexpr (!Cfg::kDkdvOnly) {
+          cute::copy(r2s, r2s_thr.retile_S(rA), tdSsdSt(_, _, _, buf));
+          cutlass::arch::fence_view_async_shared();  // st.shared -> the dQ wgmmas
+        }
+        fwd::wgmma_issue<false, true>(mma_dkv, tA, tdKrQt(_, _, _, st), acc);
       }
+      // dS^T in smem; also keeps warpgroup 0 from arriving on the P^T barrier
+      // twice before warpgroup 1 has waited on it once.
       named_sync(kBarWideDs, Cfg::kConsumerThreads);
-      warpgroup_wait<0>();  // dV: dO is free
-      warpgroup_fence_operand(acc_dv);
-      barrier_arrive(ss.do_empty[do_ring.index]);
-      do_ring.advance();
 
+      auto release = [&]() {  // dV / dK done: warpgroup 0 frees dO, 1 the stage (Q^T, D)
+        warpgroup_fence_operand(acc);
+        if (wg == 0)
+          barrier_arrive(ss.do_empty[ds]);
+        else
+          barrier_arrive(ss.empty[st]);
+      };
       if constexpr (Cfg::kDkdvOnly) {
-        fwd::wgmma_issue<false, false>(mma_dkv, tdKrdSt_b, tdKrQt(_, _, _, st), acc_dk);
         warpgroup_wait<0>();
-        warpgroup_fence_operand(acc_dk);
-        barrier_arrive(ss.empty[st]);
+        release();
       } else {
         AccQ acc_dq;
         Tensor tdQrdS_b = tdQrdS(_, _, _, buf);
         fwd::wgmma_issue<true, false>(mma_dq, tdQrdS_b, tdQrKt0, acc_dq);
-        fwd::wgmma_issue<false, false>(mma_dkv, tdKrdSt_b, tdKrQt(_, _, _, st), acc_dk);
-        warpgroup_wait<1>();  // dQ part 0 (dK in flight)
+        warpgroup_wait<1>();  // dV / dK (dQ part 0 in flight)
+        release();
+        warpgroup_wait<0>();
         warpgroup_fence_operand(acc_dq);
         add_dq(acc_dq, step, 0);
         fwd::wgmma_issue<true, false>(mma_dq, tdQrdS_b, tdQrKt1, acc_dq);
         warpgroup_wait<0>();
         warpgroup_fence_operand(acc_dq);
-        warpgroup_fence_operand(acc_dk);
-        barrier_arrive(ss.empty[st]);  // Q, LSE and D of this stage are free
         add_dq(acc_dq, step, 1);
       }
       ring.advance();
+      do_ring.advance();
     }
-    warpgroup_fence_operand(acc_dv);
-    warpgroup_fence_operand(acc_dk);
+    warpgroup_fence_operand(acc);
   }
 };
 
