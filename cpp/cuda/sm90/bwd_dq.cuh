@@ -78,8 +78,9 @@ __device__ __forceinline__ void bwd_write_dq(const BwdKernelParams<Cfg>& kp, typ
         else
           rank = w.dq_rank(kp.p, m);
         first = !Cfg::kMasks && rank == 0;
-        while (load_acquire(counter) < rank) {
-        }
+        // Backing off (32 to 256 ns): lane 0 spinning flat out took issue
+        // slots from the consumer warp beside it on its SM sub-partition.
+        for (unsigned ns = 32; load_acquire(counter) < rank; ns = ns < 256 ? 2 * ns : ns) __nanosleep(ns);
         fence_async_global();  // the counter read before the add
       }
       const int64_t row = (int64_t(w.batch) * kp.p.heads_q + h) * kp.rows_pad + int64_t(m) * M;
