@@ -199,24 +199,33 @@ struct BwdMainloop {
         prefetch(ss.dsum[st], dsum);
 
         const bool mask = !Cfg::kMasks && ((p.causal && m0 < n0 + N - 1) || n0 + N > Sk || m0 + M > Sq);
-        CUTE_UNROLL
-        for (int j = 0; j < kPairs; ++j) {
-          const float2 l2 = stat(lse2, ss.lse2[st], j);
+        // The exponentials, with the causal / edge masks inside their loop
+        // (d128) or without them: one branch a step, not one an element (a
+        // taken branch per element had sat between the exponentials).
+        auto exps = [&](auto masked) {
           CUTE_UNROLL
-          for (int c = 2 * j; c < 2 * j + 2; ++c) {
-            const int qc = get<1>(tSc_rc(0, c));
-            const float l = c == 2 * j ? l2.x : l2.y;
+          for (int j = 0; j < kPairs; ++j) {
+            const float2 l2 = stat(lse2, ss.lse2[st], j);
             CUTE_UNROLL
-            for (int r = 0; r < size<0>(s); ++r) {
-              float pv = exp2f(s(r, c) * kp.scale_log2 - l);
-              if (!kTight && mask) {
-                const int key = n0 + get<0>(tSc_rc(r, c)), query = m0 + qc;
-                pv = key < Sk && query < Sq && (!p.causal || key <= query) ? pv : 0.f;
+            for (int c = 2 * j; c < 2 * j + 2; ++c) {
+              const int qc = get<1>(tSc_rc(0, c));
+              const float l = c == 2 * j ? l2.x : l2.y;
+              CUTE_UNROLL
+              for (int r = 0; r < size<0>(s); ++r) {
+                float pv = exp2f(s(r, c) * kp.scale_log2 - l);
+                if constexpr (decltype(masked)::value) {
+                  const int key = n0 + get<0>(tSc_rc(r, c)), query = m0 + qc;
+                  pv = key < Sk && query < Sq && (!p.causal || key <= query) ? pv : 0.f;
+                }
+                s(r, c) = pv;
               }
-              s(r, c) = pv;
             }
           }
-        }
+        };
+        if (!kTight && mask)
+          exps(cute::true_type{});
+        else
+          exps(cute::false_type{});
         if (kTight && mask) {  // (the same masks, a second pass)
           CUTE_UNROLL
           for (int c = 0; c < size<1>(s); ++c) {
