@@ -115,7 +115,7 @@ template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream) {
 #if defined(JAX_FLASH_BWD_SM90)
   // Built with sm_90a (bwd_sm90_*.cu units): the wgmma dK/dV kernel where it
-  // applies; at 256 the wide-head kernel (the warpgroups split the head dim;
+  // applies; at 256 the wide-head kernel (a warpgroup keeps dV, the other dK;
   // run_bwd tries it before it turns atomic mode into the SM80 pair there).
   if constexpr (kHeadDim == 64 || kHeadDim == 128) {
     const cudaError_t err = run_bwd_sm90_hdim<kDType, kHeadDim>(params, flags, stream);

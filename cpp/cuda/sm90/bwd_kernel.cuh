@@ -8,9 +8,9 @@
 //   producer (bwd_producer.cuh); its warp 1 is the dQ writer (bwd_dq.cuh).
 // - Warpgroups 1 and 2 are the consumers, 64 keys each of the CTA's 128
 //   (bwd_mainloop.cuh); they store dK and dV at the end.
-// Cfg::kWide (BwdWideConfig, head dim 256): the consumers share 64 keys and
-// split the head dim (bwd_wide_mainloop.cuh) and add dQ themselves, so warp
-// 0 (bwd_produce_wide, with its own dO ring) is warpgroup 0's only role.
+// Cfg::kWide (BwdWideConfig, head dim 256): the consumers share 64 keys, one
+// keeping dV and the other dK (bwd_wide_mainloop.cuh), and add dQ themselves,
+// so warp 0 (bwd_produce_wide, with its own dO ring) is warpgroup 0's only role.
 #pragma once
 
 #include <cute/tensor.hpp>
