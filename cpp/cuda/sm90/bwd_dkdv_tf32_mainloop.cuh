@@ -48,14 +48,17 @@ struct BwdDkdvTf32Mainloop {
     Tensor sdO = make_tensor(make_smem_ptr(ss.dout.data()), typename Cfg::SmemLayoutQ{});
     Tensor sQt = make_tensor(make_smem_ptr(ss.qt.data()), typename Cfg::SmemLayoutQt{});
     Tensor sdOt = make_tensor(make_smem_ptr(ss.dot.data()), typename Cfg::SmemLayoutQt{});
+    // Descriptors sliced at the warp-uniform warpgroup (bwd_mainloop.cuh).
+    const int wg = __shfl_sync(0xffffffffu, ctid / 128, 0);
     auto thr_s = mma_s.get_thread_slice(ctid);
-    auto thr_kv = mma_kv.get_thread_slice(ctid);
-    Tensor tSrK = thr_s.partition_fragment_A(sK);
-    Tensor tSrV = thr_s.partition_fragment_A(sV);
-    Tensor tSrQ = thr_s.partition_fragment_B(sQ);  // (MMA, MMA_N, MMA_K, stage)
-    Tensor tSrdO = thr_s.partition_fragment_B(sdO);
-    Tensor tKVrQt = thr_kv.partition_fragment_B(sQt);
-    Tensor tKVrdOt = thr_kv.partition_fragment_B(sdOt);
+    auto wg_s = mma_s.get_thread_slice(wg * 128);
+    auto wg_kv = mma_kv.get_thread_slice(wg * 128);
+    Tensor tSrK = wg_s.partition_fragment_A(sK);
+    Tensor tSrV = wg_s.partition_fragment_A(sV);
+    Tensor tSrQ = wg_s.partition_fragment_B(sQ);  // (MMA, MMA_N, MMA_K, stage)
+    Tensor tSrdO = wg_s.partition_fragment_B(sdO);
+    Tensor tKVrQt = wg_kv.partition_fragment_B(sQt);
+    Tensor tKVrdOt = wg_kv.partition_fragment_B(sdOt);
     Tensor tSc = thr_s.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{}));
     Tensor rc = make_tensor(tSc.data(), fwd::acc_rowcol_layout(tSc.layout()));  // (keys, queries) of this thread
 

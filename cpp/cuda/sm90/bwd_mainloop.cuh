@@ -60,21 +60,30 @@ struct BwdMainloop {
     Tensor sdSt = make_tensor(make_smem_ptr(ss.ds.data()), typename Cfg::SmemLayoutdSt{});
     Tensor sdS = make_tensor(make_smem_ptr(ss.ds.data()), typename Cfg::SmemLayoutdS{});
 
-    auto thr_sdp = mma_sdp.get_thread_slice(ct);
-    auto thr_dkv = mma_dkv.get_thread_slice(ct);
-    auto thr_dq = mma_dq.get_thread_slice(ct);
-    Tensor tSrK = thr_sdp.partition_fragment_A(sK);        // (MMA, MMA_M, MMA_K)
-    Tensor tSrV = thr_sdp.partition_fragment_A(sV);
-    Tensor tSrQ = thr_sdp.partition_fragment_B(sQ);        // (MMA, MMA_N, MMA_K, stage)
-    Tensor tSrdO = thr_sdp.partition_fragment_B(sdO);
-    Tensor tdVrdOt = thr_dkv.partition_fragment_B(sdOt);   // (MMA, MMA_N, MMA_K, stage)
-    Tensor tdKrQt = thr_dkv.partition_fragment_B(sQt);
-    Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);      // (MMA, MMA_M, MMA_K, stage)
-    Tensor tdQrKt = thr_dq.partition_fragment_B(sKt);
+    // The smem operands' descriptors depend on the warpgroup alone: sliced
+    // at a warp-uniform index, their per-step offsets stay uniform (sliced
+    // at ct, every wgmma had moved them through R2UR; SASS, d128: 556 ->
+    // 443 instructions a step with the STSM stores and the step cursor).
+    const int wg = __shfl_sync(0xffffffffu, ct / 128, 0);
+    auto wg_sdp = mma_sdp.get_thread_slice(wg * 128);
+    auto wg_dkv = mma_dkv.get_thread_slice(wg * 128);
+    auto wg_dq = mma_dq.get_thread_slice(wg * 128);
+    Tensor tSrK = wg_sdp.partition_fragment_A(sK);        // (MMA, MMA_M, MMA_K)
+    Tensor tSrV = wg_sdp.partition_fragment_A(sV);
+    Tensor tSrQ = wg_sdp.partition_fragment_B(sQ);        // (MMA, MMA_N, MMA_K, stage)
+    Tensor tSrdO = wg_sdp.partition_fragment_B(sdO);
+    Tensor tdVrdOt = wg_dkv.partition_fragment_B(sdOt);   // (MMA, MMA_N, MMA_K, stage)
+    Tensor tdKrQt = wg_dkv.partition_fragment_B(sQt);
+    Tensor tdQrdS = wg_dq.partition_fragment_A(sdS);      // (MMA, MMA_M, MMA_K, stage)
+    Tensor tdQrKt = wg_dq.partition_fragment_B(sKt);
 
+    auto thr_sdp = mma_sdp.get_thread_slice(ct);
     Tensor tSc = thr_sdp.partition_C(make_identity_tensor(Shape<Int<N>, Int<M>>{}));
     Tensor tSc_rc = make_tensor(tSc.data(), fwd::acc_rowcol_layout(tSc.layout()));
-    auto r2s = make_tiled_copy_C(Copy_Atom<UniversalCopy<uint32_t>, Element>{}, mma_sdp);
+    // dS^T to shared memory with stmatrix (queries contiguous, as the
+    // accumulator holds them): a plain 32-bit copy through the swizzled
+    // pointer had compiled to generic 64-bit stores with 64-bit address math.
+    auto r2s = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_sdp);
     auto r2s_thr = r2s.get_thread_slice(ct);
     Tensor tdSsdS = r2s_thr.partition_D(sdSt);             // (CPY, CPY_N, CPY_M, stage)
 
@@ -96,16 +105,17 @@ struct BwdMainloop {
     // step, ptxas spilled 20 B instead of 4; H100 fwd+bwd +1-2% at 4k / 16k).
     constexpr bool kTight = M == 128;
     AccS acc_s_once, acc_dp_once;
-    for (int step = 0; step < w.steps; ++step) {
+    auto at = w.cursor();
+    for (int step = 0; step < w.steps; ++step, at.advance()) {
       AccS acc_s_step, acc_dp_step;
       AccS& acc_s = kTight ? acc_s_step : acc_s_once;
       AccS& acc_dp = kTight ? acc_dp_step : acc_dp_once;
       const int st = ring.index;
-      const int m0 = w.m_block(step) * M;
+      const int m0 = at.m_block() * M;
       barrier_wait(ss.full[st], ring.phase);
       int flags = 0;
       if constexpr (Cfg::kMasks) {
-        flags = ss.ms.flags[st];
+        flags = __shfl_sync(0xffffffffu, ss.ms.flags[st], 0);  // warp-uniform branches
         if (flags & kStepSkip) {  // ids disjoint from the key tile's: nothing loaded, nothing to add
           barrier_arrive(ss.empty[st]);
           if (step > 0) named_sync(kBarDqEmpty, kDqBarThreads);  // the writer's handshake, nothing staged
@@ -133,7 +143,7 @@ struct BwdMainloop {
       [[maybe_unused]] auto keep = [&]() {
         if constexpr (kDropout) {
           const uint32_t seed[2] = {ss.ls.seed[0], ss.ls.seed[1]};
-          return bwd90::dropout_bits_t(tSc_rc, seed, ss.ls.drop_threshold, w.batch, w.head(step), m0, n0);
+          return bwd90::dropout_bits_t(tSc_rc, seed, ss.ls.drop_threshold, w.batch, at.head, m0, n0);
         } else {
           return 0;
         }

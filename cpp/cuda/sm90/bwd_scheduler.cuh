@@ -50,6 +50,24 @@ struct BwdWork {
     const int i = step % num_m;
     return m_begin + (rotate > 0 ? (i + n_block * rotate) % num_m : i);
   }
+  // The consumers' walk over the steps in the same order as m_block(step)
+  // and head(step), advanced without their per-step division.
+  struct Cursor {
+    int i, head, rot0, num_m, m_begin;
+    __device__ __forceinline__ int m_block() const {
+      const int j = i + rot0;
+      return m_begin + (j >= num_m ? j - num_m : j);
+    }
+    __device__ __forceinline__ void advance() {
+      if (++i == num_m) {
+        i = 0;
+        ++head;
+      }
+    }
+  };
+  __device__ __forceinline__ Cursor cursor() const {
+    return Cursor{0, first_head, rotate > 0 && num_m > 0 ? n_block * rotate % num_m : 0, num_m, m_begin};
+  }
   // (deterministic) How many CTAs add into query tile m before this one:
   // those of higher key tile that visit it, or with the rotation, those that
   // reach it earlier (k, k-1, .., 0, then n_blocks-1, .., k+1, k the last

@@ -56,31 +56,39 @@ struct BwdWideMainloop {
     Tensor sdSt = make_tensor(make_smem_ptr(ss.ds.data()), typename Cfg::SmemLayoutSt{});
     Tensor sdS = make_tensor(make_smem_ptr(ss.ds.data()), typename Cfg::SmemLayoutdS{});
 
-    auto thr_sdp = mma_sdp.get_thread_slice(wt);
-    auto thr_dkv = mma_dkv.get_thread_slice(wt);
-    auto thr_dq = mma_dq.get_thread_slice(ct);
+    // The smem operands' descriptors depend on the warpgroup alone: sliced
+    // at a warp-uniform index (a one-warpgroup MMA's at 0), their offsets
+    // stay uniform registers (sliced at the thread, R2UR moves per wgmma).
+    auto wg_sdp = mma_sdp.get_thread_slice(0);
+    auto wg_dkv = mma_dkv.get_thread_slice(0);
+    auto wg_dq = mma_dq.get_thread_slice(wg * 128);
     // Warpgroup 0 reads (K, Q), warpgroup 1 (V, dO): separate fragments
     // rather than one set on a selected pointer, so that the descriptors'
     // smem addresses stay compile-time immediates.
-    Tensor tSrK = thr_sdp.partition_fragment_A(sK);       // (MMA, MMA_M, MMA_K)
-    Tensor tSrV = thr_sdp.partition_fragment_A(sV);
-    Tensor tSrQ = thr_sdp.partition_fragment_B(sQ);       // (MMA, MMA_N, MMA_K, stage)
-    Tensor tSrdO = thr_sdp.partition_fragment_B(sdO);
-    Tensor tdVrdOt = thr_dkv.partition_fragment_B(sdOt);  // (MMA, MMA_N, MMA_K, stage)
-    Tensor tdKrQt = thr_dkv.partition_fragment_B(sQt);    // (MMA, MMA_N, MMA_K, stage)
-    Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);     // (MMA, MMA_M, MMA_K, buffer)
+    Tensor tSrK = wg_sdp.partition_fragment_A(sK);       // (MMA, MMA_M, MMA_K)
+    Tensor tSrV = wg_sdp.partition_fragment_A(sV);
+    Tensor tSrQ = wg_sdp.partition_fragment_B(sQ);       // (MMA, MMA_N, MMA_K, stage)
+    Tensor tSrdO = wg_sdp.partition_fragment_B(sdO);
+    Tensor tdVrdOt = wg_dkv.partition_fragment_B(sdOt);  // (MMA, MMA_N, MMA_K, stage)
+    Tensor tdKrQt = wg_dkv.partition_fragment_B(sQt);    // (MMA, MMA_N, MMA_K, stage)
+    Tensor tdQrdS = wg_dq.partition_fragment_A(sdS);     // (MMA, MMA_M, MMA_K, buffer)
     constexpr int kCols = D / Cfg::kDqParts;
-    Tensor tdQrKt0 = thr_dq.partition_fragment_B(local_tile(sKt, Shape<Int<kCols>, Int<N>>{}, make_coord(0, 0)));
-    Tensor tdQrKt1 = thr_dq.partition_fragment_B(local_tile(sKt, Shape<Int<kCols>, Int<N>>{}, make_coord(1, 0)));
+    Tensor tdQrKt0 = wg_dq.partition_fragment_B(local_tile(sKt, Shape<Int<kCols>, Int<N>>{}, make_coord(0, 0)));
+    Tensor tdQrKt1 = wg_dq.partition_fragment_B(local_tile(sKt, Shape<Int<kCols>, Int<N>>{}, make_coord(1, 0)));
     static_assert(Cfg::kDqParts == 2);
 
+    auto thr_sdp = mma_sdp.get_thread_slice(wt);
     Tensor tSc = thr_sdp.partition_C(make_identity_tensor(Shape<Int<N>, Int<M>>{}));
     Tensor tSc_rc = make_tensor(tSc.data(), fwd::acc_rowcol_layout(tSc.layout()));
-    // P^T / dS^T accumulator fragments <-> smem (32-bit pairs of queries).
-    auto r2s = make_tiled_copy_C(Copy_Atom<UniversalCopy<uint32_t>, Element>{}, mma_sdp);
+    // P^T / dS^T accumulator fragments <-> smem (queries contiguous) with
+    // stmatrix / ldmatrix: a plain 32-bit copy through the swizzled pointer
+    // had compiled to generic 64-bit accesses with 64-bit address math.
+    auto r2s = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_sdp);
     auto r2s_thr = r2s.get_thread_slice(wt);
+    auto s2r = make_tiled_copy_C(Copy_Atom<SM75_U32x4_LDSM_N, Element>{}, mma_sdp);
+    auto s2r_thr = s2r.get_thread_slice(wt);
     Tensor tPsPt = r2s_thr.partition_D(sPt);      // (CPY, CPY_N, CPY_M, buffer)
-    Tensor tPsPt_src = r2s_thr.partition_S(sPt);
+    Tensor tPsPt_src = s2r_thr.partition_S(sPt);
     Tensor tdSsdSt = r2s_thr.partition_D(sdSt);
 
     using AccS = decltype(partition_fragment_C(mma_sdp, Shape<Int<N>, Int<M>>{}));
@@ -95,8 +103,8 @@ struct BwdWideMainloop {
     // writer warp, as the d64 / d128 kernel does, measured 1.5-3% slower:
     // its 128 KB of smem traffic a step competes with the SS wgmmas, and
     // the staging buffer costs dO its second stage.)
-    auto add_dq = [&](const AccQ& acc_dq, int step, int part) {
-      const int64_t row = (int64_t(w.batch) * p.heads_q + w.head(step)) * kp.rows_pad + int64_t(w.m_block(step)) * M;
+    auto add_dq = [&](const AccQ& acc_dq, int head, int m0, int part) {
+      const int64_t row = (int64_t(w.batch) * p.heads_q + head) * kp.rows_pad + m0;
       float* base = kp.dq_accum + row * D + part * Cfg::kDqPartFloats + 4 * ct;
       CUTE_UNROLL
       for (int i = 0; i < size(acc_dq); i += 4)
@@ -130,9 +138,10 @@ struct BwdWideMainloop {
     barrier_wait(ss.kv_full, 0u);
     RingState<Cfg::kStages> ring;
     RingState<Cfg::kDoStages> do_ring;
-    for (int step = 0; step < w.steps; ++step) {
+    auto at = w.cursor();
+    for (int step = 0; step < w.steps; ++step, at.advance()) {
       const int st = ring.index, buf = step & 1, ds = do_ring.index;
-      const int m0 = w.m_block(step) * M;
+      const int m0 = at.m_block() * M;
       barrier_wait(ss.full[st], ring.phase);
       AccS acc_s;  // S^T (warpgroup 0) or dP^T (warpgroup 1)
       // P^T (warpgroup 0) or dS^T (1) in 16 bits: the A operand of dV / dK,
@@ -160,7 +169,7 @@ struct BwdWideMainloop {
         Tensor s = make_tensor(acc_s.data(), fwd::acc_rowcol_layout(acc_s.layout()));
         named_sync(kBarWideP, Cfg::kConsumerThreads);
         Tensor rPb = make_tensor<Element>(acc_s.layout());
-        cute::copy(r2s, tPsPt_src(_, _, _, buf), r2s_thr.retile_D(rPb));
+        cute::copy(s2r, tPsPt_src(_, _, _, buf), s2r_thr.retile_D(rPb));
         Tensor pr = make_tensor(rPb.data(), fwd::acc_rowcol_layout(rPb.layout()));
         CUTE_UNROLL
         for (int c = 0; c < size<1>(s); ++c) {
@@ -197,11 +206,11 @@ struct BwdWideMainloop {
         release();
         warpgroup_wait<0>();
         warpgroup_fence_operand(acc_dq);
-        add_dq(acc_dq, step, 0);
+        add_dq(acc_dq, at.head, m0, 0);
         fwd::wgmma_issue<true, false>(mma_dq, tdQrdS_b, tdQrKt1, acc_dq);
         warpgroup_wait<0>();
         warpgroup_fence_operand(acc_dq);
-        add_dq(acc_dq, step, 1);
+        add_dq(acc_dq, at.head, m0, 1);
       }
       ring.advance();
       do_ring.advance();

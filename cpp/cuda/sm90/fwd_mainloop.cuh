@@ -46,7 +46,10 @@ struct FwdMainloop {
   int wg;    // consumer warpgroup, 0 or 1
   RingState<Cfg::kStages> k_ring, v_ring;
 
-  __device__ __forceinline__ explicit FwdMainloop(int consumer_tid) : ctid(consumer_tid), wg(consumer_tid / 128) {}
+  // wg through a shuffle: warp-uniform to the compiler, so the smem
+  // descriptors sliced at it stay uniform registers (bwd_mainloop.cuh).
+  __device__ __forceinline__ explicit FwdMainloop(int consumer_tid)
+      : ctid(consumer_tid), wg(__shfl_sync(0xffffffffu, consumer_tid / 128, 0)) {}
 
   // Ping-pong: wait for this warpgroup's turn to issue / hand it over.
   __device__ __forceinline__ void turn_wait() const { named_sync(kPingBarrier + wg, kPingThreads); }
@@ -63,10 +66,11 @@ struct FwdMainloop {
     Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), typename Cfg::SmemLayoutKV{});
     Tensor sVt = make_tensor(make_smem_ptr(ss.v.data()), typename Cfg::SmemLayoutVt{});
     auto thr_s = mma_s.get_thread_slice(ctid);
-    auto thr_o = mma_o.get_thread_slice(ctid);
-    Tensor tSrQ = thr_s.partition_fragment_A(sQ);   // smem descriptors
-    Tensor tSrK = thr_s.partition_fragment_B(sK);   // (MMA, MMA_N, MMA_K, stage)
-    Tensor tOrV = thr_o.partition_fragment_B(sVt);  // (MMA, MMA_N, MMA_K, stage)
+    auto wg_s = mma_s.get_thread_slice(wg * 128);
+    auto wg_o = mma_o.get_thread_slice(wg * 128);
+    Tensor tSrQ = wg_s.partition_fragment_A(sQ);   // smem descriptors
+    Tensor tSrK = wg_s.partition_fragment_B(sK);   // (MMA, MMA_N, MMA_K, stage)
+    Tensor tOrV = wg_o.partition_fragment_B(sVt);  // (MMA, MMA_N, MMA_K, stage)
     Tensor tSc = thr_s.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
 
     constexpr int kRows = 2;
@@ -153,10 +157,11 @@ struct FwdMainloop {
     Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), typename Cfg::SmemLayoutKV{});
     Tensor sVt = make_tensor(make_smem_ptr(ss.v.data()), typename Cfg::SmemLayoutVt{});
     auto thr_s = mma_s.get_thread_slice(ctid);
-    auto thr_o = mma_o.get_thread_slice(ctid);
-    Tensor tSrQ = thr_s.partition_fragment_A(sQ);
-    Tensor tSrK = thr_s.partition_fragment_B(sK);
-    Tensor tOrV = thr_o.partition_fragment_B(sVt);
+    auto wg_s = mma_s.get_thread_slice(wg * 128);
+    auto wg_o = mma_o.get_thread_slice(wg * 128);
+    Tensor tSrQ = wg_s.partition_fragment_A(sQ);
+    Tensor tSrK = wg_s.partition_fragment_B(sK);
+    Tensor tOrV = wg_o.partition_fragment_B(sVt);
     Tensor tSc = thr_s.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
     Tensor tSc0 = mma_s.get_thread_slice(0).partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
 
