@@ -38,13 +38,10 @@ namespace jax_flash::cuda::sm90 {
 
 using namespace cute;
 
-// kDkdvOnly: dK and dV alone, no dQ product (deterministic mode, where the
-// SM80 atomic-free dQ kernel makes dQ afterwards).
-template <int kHeadDim_, class Element_, bool kDkdvOnly_ = false>
+template <int kHeadDim_, class Element_>
 struct BwdWideConfig {
   using Element = Element_;
   static constexpr bool kWide = true;
-  static constexpr bool kDkdvOnly = kDkdvOnly_;
   static constexpr bool kMasks = false;
   static constexpr int kLogits = 0;
   static constexpr int kHeadDim = kHeadDim_;
