@@ -10,17 +10,15 @@
 //   both: dQ part 0 = dS K, then part 1 while part 0 is added to the
 //   float32 accumulator with red.global.add.v4; part 1, added.
 // Deterministic mode (kp.dq_order set): the CTAs add into a dQ tile in a
-// fixed order (BwdWork::dq_rank): each consumer warp waits until the
-// tile's counter has counted every warp of the CTAs ranked before its own,
-// adds its share (the rank-0 CTA stores it: no accumulator clear), and
-// counts itself.
+// fixed order (BwdWork::dq_rank), kept by warp 1 (bwd_wide_order.cuh): the
+// consumers add when it lets them (the rank-0 CTA stores: no accumulator
+// clear) and tell it when they are done.
 #pragma once
 
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 
-#include "cuda/bwd_dispatch.h"      // kBwdOrderRows
-#include "cuda/sm90/bulk_ops.cuh"  // red_add_f32x4, load_acquire, add_release
+#include "cuda/sm90/bulk_ops.cuh"  // red_add_f32x4
 #include "cuda/sm90/bwd_params.cuh"
 #include "cuda/sm90/bwd_wide_config.cuh"
 #include "cuda/sm90/pipeline.cuh"
@@ -123,9 +121,6 @@ struct BwdWideMainloop {
           red_add_f32x4(base + i * Cfg::kConsumerThreads, acc_dq(i), acc_dq(i + 1), acc_dq(i + 2), acc_dq(i + 3));
       }
     };
-    // (deterministic) The tile's counter counts consumer warps.
-    static_assert(M == kBwdOrderRows);
-    constexpr int kWarps = Cfg::kConsumerThreads / 32;
     const bool ordered = kp.dq_order != nullptr;
 
     // Warpgroup 0: P^T in place of the S^T wgmma in flight on a.
@@ -213,28 +208,18 @@ struct BwdWideMainloop {
       AccQ acc_dq;
       Tensor tdQrdS_b = tdQrdS(_, _, _, buf);
       fwd::wgmma_issue<true, false>(mma_dq, tdQrdS_b, tdQrKt0, acc_dq);
-      int* counter = nullptr;
-      int rank = 0;
-      if (ordered) {
-        counter = kp.dq_order + (int64_t(w.batch) * p.heads_q + at.head) * kp.order_rows + m0 / kBwdOrderRows;
-        rank = w.dq_rank(p, at.m_block());
-      }
+      const bool first = ordered && w.dq_rank(p, at.m_block()) == 0;
       warpgroup_wait<1>();  // dV / dK (dQ part 0 in flight)
       release();
-      if (ordered) {  // every lane's own acquire; backing off as bwd_write_dq does
-        for (unsigned ns = 32; load_acquire(counter) < kWarps * rank; ns = ns < 256 ? 2 * ns : ns) __nanosleep(ns);
-      }
+      if (ordered) named_sync(kBarWideDqGo, kWideDqBarThreads);  // the CTAs ranked before have added
       warpgroup_wait<0>();
       warpgroup_fence_operand(acc_dq);
-      add_dq(acc_dq, at.head, m0, 0, ordered && rank == 0);
+      add_dq(acc_dq, at.head, m0, 0, first);
       fwd::wgmma_issue<true, false>(mma_dq, tdQrdS_b, tdQrKt1, acc_dq);
       warpgroup_wait<0>();
       warpgroup_fence_operand(acc_dq);
-      add_dq(acc_dq, at.head, m0, 1, ordered && rank == 0);
-      if (ordered) {
-        __syncwarp();  // the warp's adds, then one release for them all
-        if (ct % 32 == 0) add_release(counter, 1);
-      }
+      add_dq(acc_dq, at.head, m0, 1, first);
+      if (ordered) named_arrive(kBarWideDqDone, kWideDqBarThreads);
       ring.advance();
       do_ring.advance();
     }
