@@ -174,8 +174,8 @@ def _bwd_workspace_floats(q, deterministic: bool, variants: bool, k_shape=None) 
     D = rowsum(dO * O), plus the float32 dQ accumulator (head_dim padded to the
     kernel's) in atomic mode, and in deterministic mode where the Hopper kernel
     may run (padded head dim 64 or 128: plain attention and the masks-only
-    variants without segment ids; sized so for every variant there), which
-    also needs one int32 order counter per 64 query rows. XLA hands custom
+    variants without segment ids, sized so for every variant there; 256: plain
+    attention), which also needs one int32 order counter per 64 query rows. XLA hands custom
     calls no reliable scratch allocator, so it travels as an extra, discarded
     output (on the CPU, whose kernel ignores it, ffi_bwd asks for one float
     instead). The CUDA side rounds each region up to 256 B over the whole batch
@@ -200,7 +200,7 @@ def _bwd_workspace_floats(q, deterministic: bool, variants: bool, k_shape=None) 
     d_pad = _kernel_head_dim(d, variants)
     rows = hq * sq * math.prod(q.shape[:-3])
     slack = 0 if rows % 64 == 0 else 128
-    ordered = deterministic and d_pad in (64, 128)
+    ordered = deterministic and (d_pad in (64, 128) or (d_pad == 256 and not variants))
     accum = d_pad if (ordered or not deterministic) else 0
     counters = hq * -(-sq // 64) + 64 if ordered else 0
     sq_pad = -(-sq // 128) * 128

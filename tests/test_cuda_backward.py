@@ -110,13 +110,13 @@ def test_backward_grads_match_reference(shape, causal, dtype):
     _check(got, ref, naive, f"{shape} causal={causal} {jnp.dtype(dtype).name}")
 
 
-# The Hopper kernel (head dims exactly 64 and 128) orders its dQ reduces across
-# key tiles: many key tiles, GQA, Sq != Sk (causal: key tiles past the last
-# query see nothing) exercise that order (2 x 8 kv heads x 17 key tiles at
-# 2049: more CTAs than an H100 holds at once). At 256 the wide Hopper kernel
-# makes dK / dV alone and the SM80 dQ kernel dQ.
+# The Hopper kernels (head dims exactly 64, 128 and 256) order their dQ
+# reduces across key tiles: many key tiles, GQA, Sq != Sk (causal: key tiles
+# past the last query see nothing) exercise that order (2 x 8 kv heads x 17
+# key tiles at 2049: more CTAs than an H100 holds at once; 1100 x 640 at 256:
+# the rotated order, 10 key tiles starting at different query tiles).
 @pytest.mark.parametrize("shape", [(2, 515, 515, 8, 2, 128), (1, 1031, 2053, 4, 4, 64), (1, 2053, 777, 6, 3, 64),
-                                   (2, 2049, 2049, 8, 8, 128), (2, 333, 517, 8, 2, 256)],
+                                   (2, 2049, 2049, 8, 8, 128), (2, 333, 517, 8, 2, 256), (1, 1100, 640, 4, 2, 256)],
                          ids=lambda s: "b{}_sq{}_sk{}_h{}-{}_d{}".format(*s))
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_deterministic_backward_is_bitwise_reproducible_and_close_to_atomic(shape, causal):
@@ -143,7 +143,8 @@ def test_deterministic_backward_is_bitwise_reproducible_and_close_to_atomic(shap
 # than an H100 holds at once), run ten times: every run bitwise equal to the
 # first. Too long for an S x S reference here; the atomic mode is checked
 # against one above.
-@pytest.mark.parametrize("shape", [(2, 8193, 8193, 20, 20, 64), (2, 8200, 8100, 4, 2, 128)],
+@pytest.mark.parametrize("shape", [(2, 8193, 8193, 20, 20, 64), (2, 8200, 8100, 4, 2, 128),
+                                   (1, 4097, 4097, 16, 8, 256)],
                          ids=lambda s: "b{}_sq{}_sk{}_h{}-{}_d{}".format(*s))
 def test_deterministic_long_causal_is_reproducible_and_matches_atomic(shape):
     skip_unless_cuda_head_dim(shape[5])

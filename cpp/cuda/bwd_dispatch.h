@@ -51,30 +51,24 @@ cudaError_t run_bwd_sm90_masks_hdim(const BwdParams& params, BwdLaunchFlags flag
 template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_sm90_logits_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream);
 
-// Same for head dim 256 (sm90/bwd_wide_config.cuh: the warpgroups split the
-// head dim; instantiations/bwd_sm90_hdim256_*.cu), in both modes: in
-// deterministic mode it makes dK and dV alone and run_bwd_dq_hdim dQ.
+// Same for head dim 256 (sm90/bwd_wide_config.cuh: the warpgroups keep dV
+// and dK; instantiations/bwd_sm90_hdim256_*.cu), plain attention, both modes.
 template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_sm90_wide_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream);
-
-// The SM80 atomic-free dQ kernel alone (loops over the key tiles of one
-// query tile; D = rowsum(dO * O) already in the workspace's dsum part), from
-// the run_bwd_hdim units.
-template <DType kDType, int kHeadDim>
-cudaError_t run_bwd_dq_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream);
 
 // Workspace: [dsum: B*Hq*Sq floats][dq accumulator: B*Hq*Sq'*kHeadDim floats]
 // [order counters: B*Hq*ceil(Sq/64) ints], each part 256 B aligned, where
 // Sq' is Sq rounded up to whole kBwdRowPad tiles (below). The
 // accumulator is there in atomic mode, and in deterministic mode where the
 // Hopper kernel may run it (padded head dims 64 and 128: plain attention and
-// the masks-only variants without segment ids; sized for any variant there),
-// which orders its dQ reduces with the counters; the SM80 deterministic
-// kernels need neither.
+// the masks-only variants without segment ids, sized for any variant there;
+// 256: plain attention), which orders its dQ reduces with the counters; the
+// SM80 deterministic kernels need neither.
 inline constexpr int kBwdOrderRows = 64;  // query rows per order counter
 inline size_t bwd_align256(size_t n) { return (n + 255) & ~size_t(255); }
 inline bool bwd_det_ordered(const BwdParams& p, int padded_head_dim) {
-  return p.deterministic && (padded_head_dim == 64 || padded_head_dim == 128);
+  return p.deterministic &&
+         (padded_head_dim == 64 || padded_head_dim == 128 || (padded_head_dim == 256 && p.plain_mask()));
 }
 inline size_t bwd_dsum_bytes(const BwdParams& p) {
   return bwd_align256(sizeof(float) * size_t(p.batch) * size_t(p.heads_q) * size_t(p.seqlen_q));

@@ -126,9 +126,10 @@ int main(int argc, char** argv) {
       {1, 300, 131, 2, 1, 128, true, false},  {2, 257, 257, 2, 1, 128, false, false},
       {1, 383, 129, 2, 2, 64, true, true},    {1, 200, 390, 4, 2, 128, false, true},
       {1, 520, 520, 2, 1, 128, true, true},
-      // head dim 256 (the wide kernel): GQA causal, odd non-causal, deterministic (dK / dV alone + SM80 dQ)
+      // head dim 256 (the wide kernel): GQA causal, odd non-causal, deterministic (ordered dQ adds;
+      // the non-causal one rotated)
       {1, 383, 200, 4, 1, 256, true, false},  {2, 129, 257, 2, 2, 256, false, false},
-      {1, 300, 131, 2, 1, 256, true, true},
+      {1, 300, 131, 2, 1, 256, true, true},   {1, 300, 131, 2, 1, 256, false, true},
       // the masks kernel: window, lengths, segment ids (skipped tiles), deterministic
       {2, 300, 300, 4, 2, 64, true, false, 70, true, 0}, {2, 333, 333, 2, 1, 128, true, false, -1, false, 90},
       {1, 700, 700, 2, 2, 64, false, false, -1, true, 150}, {2, 400, 410, 2, 1, 128, true, true, 100, true, 0},

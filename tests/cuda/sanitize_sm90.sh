@@ -3,7 +3,7 @@
 # with their units (bf16, sm_90a) and run memcheck, racecheck and synccheck:
 #   fwd: tests/cuda/fwd_sm90_sanitize.cu, head dims 64/128/256, plain, masks and logits variants;
 #   bwd: tests/cuda/bwd_sm90_sanitize.cu, head dims 64/128 (plain, masks and logits variants) and 256
-#        (plain; deterministic mode with the SM80 dQ kernel of bwd_hdim256_bf16).
+#        (plain, atomic and deterministic).
 # Exits non-zero on any report or failed case.
 #   LOG_DIR=... bash tests/cuda/sanitize_sm90.sh [fwd] [bwd]   (default: both)
 set -euo pipefail
@@ -17,7 +17,7 @@ status=0
 for dir in ${*:-fwd bwd}; do
   case $dir in
     fwd) units="fwd_sm90_hdim64_bf16 fwd_sm90_hdim128_bf16 fwd_sm90_hdim256_bf16 fwd_sm90_masks_hdim64_bf16 fwd_sm90_masks_hdim128_bf16 fwd_sm90_masks_hdim256_bf16 fwd_sm90_logits_hdim64_bf16 fwd_sm90_logits_hdim128_bf16" ;;
-    bwd) units="bwd_sm90_hdim64_bf16 bwd_sm90_hdim128_bf16 bwd_sm90_hdim256_bf16 bwd_hdim256_bf16 bwd_sm90_masks_hdim64_bf16 bwd_sm90_masks_hdim128_bf16 bwd_sm90_logits_hdim64_bf16 bwd_sm90_logits_hdim128_bf16" ;;
+    bwd) units="bwd_sm90_hdim64_bf16 bwd_sm90_hdim128_bf16 bwd_sm90_hdim256_bf16 bwd_sm90_masks_hdim64_bf16 bwd_sm90_masks_hdim128_bf16 bwd_sm90_logits_hdim64_bf16 bwd_sm90_logits_hdim128_bf16" ;;
     *) echo "unknown kernel set: $dir (fwd or bwd)"; exit 2 ;;
   esac
   out="$BUILD/$dir"

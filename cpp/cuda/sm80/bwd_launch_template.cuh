@@ -129,13 +129,6 @@ cudaError_t run_bwd_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStre
       params, flags, stream);
 }
 
-template <DType kDType, int kHeadDim>
-cudaError_t run_bwd_dq_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream) {
-  if (int64_t(params.batch) * params.heads_q * params.seqlen_q == 0) return cudaSuccess;
-  return bwd::launch_dq<bwd::DefaultDq<kHeadDim, kDType>>(params, static_cast<const float*>(params.workspace), flags,
-                                                          stream);
-}
-
 namespace bwd {
 // Variants dK/dV tile: at head dims 96 and 128 the plain 64 x 128 tile sits at 255
 // registers and the variant state pushes it into heavy spills (~450 B at d128,
@@ -176,6 +169,4 @@ cudaError_t run_bwd_varm_hdim(const BwdParams& params, BwdLaunchFlags flags, cud
 
 #define JAX_FLASH_INSTANTIATE_BWD(DTYPE, HDIM)                                               \
   template cudaError_t jax_flash::cuda::run_bwd_hdim<jax_flash::DType::DTYPE, HDIM>(          \
-      const jax_flash::BwdParams&, jax_flash::cuda::BwdLaunchFlags, cudaStream_t);          \
-  template cudaError_t jax_flash::cuda::run_bwd_dq_hdim<jax_flash::DType::DTYPE, HDIM>(       \
       const jax_flash::BwdParams&, jax_flash::cuda::BwdLaunchFlags, cudaStream_t);

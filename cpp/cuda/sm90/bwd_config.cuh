@@ -102,7 +102,7 @@ struct BwdConfig {
   // The dQ tile in the order the consumer threads hold it (bwd_dq.cuh).
   static constexpr int kDqFloats = kBlockM * kHeadDim;
   static constexpr int kDqParts = 1, kDqPartFloats = kDqFloats;  // reduced whole (BwdWideConfig: in parts)
-  static constexpr bool kWide = false, kDkdvOnly = false;
+  static constexpr bool kWide = false;
 
   struct SharedStorage {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;

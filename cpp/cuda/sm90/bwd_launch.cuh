@@ -38,7 +38,7 @@ inline int order_rotation(const BwdParams& p, int block_m, int block_n) {
 
 // Plain attention (Cfg::kMasks: the masks-only variants; Cfg::kLogits: a
 // logit transform set on top, atomic mode; Cfg::kWide: the wide-head
-// kernel, atomic mode, or deterministic with kDkdvOnly, which makes no dQ),
+// kernel, plain attention),
 // head_dim == the config's, 16 B aligned rows (TMA), seqlen_q and
 // seqlen_k > 0; else cudaErrorNotSupported (the caller runs the SM80
 // kernels). rotate: the query-tile rotation (BwdWork), 0 for none.
@@ -56,11 +56,7 @@ cudaError_t launch_bwd_ws(const BwdParams& p, BwdLaunchFlags flags, int rotate, 
     // skipped tiles break masks_dq_rank's runs).
     if (!variant_masks_only(p) || (p.deterministic && p.segment_ids())) return cudaErrorNotSupported;
   }
-  if constexpr (Cfg::kWide) {
-    if (p.deterministic != Cfg::kDkdvOnly) return cudaErrorNotSupported;
-  } else if (p.deterministic && bwd_order_bytes(p, D) == 0) {
-    return cudaErrorNotSupported;
-  }
+  if (p.deterministic && bwd_order_bytes(p, D) == 0) return cudaErrorNotSupported;
   if (!bwd::rows_vec_ok(p.o, p.head_dim, p.o_batch_stride, p.o_row_stride, p.o_head_stride))
     return cudaErrorNotSupported;
   auto* kernel = &bwd_ws_kernel<Cfg>;
@@ -94,7 +90,7 @@ cudaError_t launch_bwd_ws(const BwdParams& p, BwdLaunchFlags flags, int rotate, 
   kp.scale_log2 = p.scale * 1.4426950408889634f;
   kp.pair_ok = flags.pair_ok;
   const int key_tiles = (p.seqlen_k + N - 1) / N;
-  kp.dq_order = p.deterministic && !Cfg::kDkdvOnly ? reinterpret_cast<int*>(ws + bwd_dsum_bytes(p) + bwd_accum_bytes(p, D)) : nullptr;
+  kp.dq_order = p.deterministic ? reinterpret_cast<int*>(ws + bwd_dsum_bytes(p) + bwd_accum_bytes(p, D)) : nullptr;
   kp.order_rows = (p.seqlen_q + kBwdOrderRows - 1) / kBwdOrderRows;
   kp.rotate = Cfg::kWide || (p.deterministic && !Cfg::kMasks) ? rotate : 0;  // (masks_dq_rank: highest first)
   kp.order_group = p.causal ? bwd_order_group(key_tiles, p.heads_kv, p.batch, p.seqlen_q, D, p.heads_q,
@@ -105,7 +101,7 @@ cudaError_t launch_bwd_ws(const BwdParams& p, BwdLaunchFlags flags, int rotate, 
   // when ordered (deterministic, no masks): each tile's first add is then a
   // store (bwd_write_dq); and the ordered mode's counters.
   bwd::FlatClear clear;
-  if (!Cfg::kDkdvOnly && (kp.dq_order == nullptr || Cfg::kMasks)) {
+  if (kp.dq_order == nullptr || Cfg::kMasks) {
     clear.ptr[0] = reinterpret_cast<float4*>(accum);
     clear.count[0] = int64_t(p.batch) * p.heads_q * rows_pad * (D / 4);
   }
@@ -114,10 +110,6 @@ cudaError_t launch_bwd_ws(const BwdParams& p, BwdLaunchFlags flags, int rotate, 
     clear.count[1] = int64_t(bwd_order_bytes(p, D) / sizeof(float4));
   }
   bwd::launch_preprocess<Element>(p, dsum, nullptr, D, stream, clear);
-  if constexpr (Cfg::kDkdvOnly) {
-    kernel<<<dim3(key_tiles, p.heads_kv, p.batch), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(kp);
-    return cudaGetLastError();
-  }
   kernel<<<dim3(key_tiles, p.heads_kv, p.batch), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(kp);
   const dim3 convert_grid((p.seqlen_q + M - 1) / M, p.heads_q, p.batch);
   const bool dq_vec = bwd::rows_vec_ok(p.dq, p.head_dim, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride);

@@ -38,13 +38,10 @@ namespace jax_flash::cuda::sm90 {
 
 using namespace cute;
 
-// kDkdvOnly: dK and dV alone, no dQ product (deterministic mode, where the
-// SM80 atomic-free dQ kernel makes dQ afterwards).
-template <int kHeadDim_, class Element_, bool kDkdvOnly_ = false>
+template <int kHeadDim_, class Element_>
 struct BwdWideConfig {
   using Element = Element_;
   static constexpr bool kWide = true;
-  static constexpr bool kDkdvOnly = kDkdvOnly_;
   static constexpr bool kMasks = false;
   static constexpr int kLogits = 0;
   static constexpr int kHeadDim = kHeadDim_;
@@ -132,5 +129,9 @@ struct BwdWideConfig {
 // Named barriers of the wide backward (0 is __syncthreads): P^T is in
 // shared memory (warpgroup 0 arrives, 1 waits); dS^T is (both).
 inline constexpr int kBarWideP = 1, kBarWideDs = 2;
+// (deterministic) The dQ order keeper (warp 1) lets the consumers add this
+// step's dQ; they have added it.
+inline constexpr int kBarWideDqGo = 3, kBarWideDqDone = 4;
+inline constexpr int kWideDqBarThreads = 256 + 32;
 
 }  // namespace jax_flash::cuda::sm90

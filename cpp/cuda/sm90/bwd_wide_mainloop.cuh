@@ -9,6 +9,10 @@
 //   (named barrier: dS^T in smem)
 //   both: dQ part 0 = dS K, then part 1 while part 0 is added to the
 //   float32 accumulator with red.global.add.v4; part 1, added.
+// Deterministic mode (kp.dq_order set): the CTAs add into a dQ tile in a
+// fixed order (BwdWork::dq_rank), kept by warp 1 (bwd_wide_order.cuh): the
+// consumers add when it lets them (the rank-0 CTA stores: no accumulator
+// clear) and tell it when they are done.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -103,13 +107,21 @@ struct BwdWideMainloop {
     // writer warp, as the d64 / d128 kernel does, measured 1.5-3% slower:
     // its 128 KB of smem traffic a step competes with the SS wgmmas, and
     // the staging buffer costs dO its second stage.)
-    auto add_dq = [&](const AccQ& acc_dq, int head, int m0, int part) {
+    auto add_dq = [&](const AccQ& acc_dq, int head, int m0, int part, bool store) {
       const int64_t row = (int64_t(w.batch) * p.heads_q + head) * kp.rows_pad + m0;
       float* base = kp.dq_accum + row * D + part * Cfg::kDqPartFloats + 4 * ct;
-      CUTE_UNROLL
-      for (int i = 0; i < size(acc_dq); i += 4)
-        red_add_f32x4(base + i * Cfg::kConsumerThreads, acc_dq(i), acc_dq(i + 1), acc_dq(i + 2), acc_dq(i + 3));
+      if (store) {
+        CUTE_UNROLL
+        for (int i = 0; i < size(acc_dq); i += 4)
+          *reinterpret_cast<float4*>(base + i * Cfg::kConsumerThreads) =
+              make_float4(acc_dq(i), acc_dq(i + 1), acc_dq(i + 2), acc_dq(i + 3));
+      } else {
+        CUTE_UNROLL
+        for (int i = 0; i < size(acc_dq); i += 4)
+          red_add_f32x4(base + i * Cfg::kConsumerThreads, acc_dq(i), acc_dq(i + 1), acc_dq(i + 2), acc_dq(i + 3));
+      }
     };
+    const bool ordered = kp.dq_order != nullptr;
 
     // Warpgroup 0: P^T in place of the S^T wgmma in flight on a.
     auto make_p = [&](AccS& a, int st, int m0) {
@@ -178,10 +190,8 @@ struct BwdWideMainloop {
           for (int r = 0; r < size<0>(s); ++r) s(r, c) = float(pr(r, c)) * (s(r, c) - dd);
         }
         rA = fwd::convert_regs<Element>(acc_s);
-        if constexpr (!Cfg::kDkdvOnly) {
-          cute::copy(r2s, r2s_thr.retile_S(rA), tdSsdSt(_, _, _, buf));
-          cutlass::arch::fence_view_async_shared();  // st.shared -> the dQ wgmmas
-        }
+        cute::copy(r2s, r2s_thr.retile_S(rA), tdSsdSt(_, _, _, buf));
+        cutlass::arch::fence_view_async_shared();  // st.shared -> the dQ wgmmas
         fwd::wgmma_issue<false, true>(mma_dkv, tA, tdKrQt(_, _, _, st), acc);
       }
       // dS^T in smem; also keeps warpgroup 0 from arriving on the P^T barrier
@@ -195,23 +205,21 @@ struct BwdWideMainloop {
         else
           barrier_arrive(ss.empty[st]);
       };
-      if constexpr (Cfg::kDkdvOnly) {
-        warpgroup_wait<0>();
-        release();
-      } else {
-        AccQ acc_dq;
-        Tensor tdQrdS_b = tdQrdS(_, _, _, buf);
-        fwd::wgmma_issue<true, false>(mma_dq, tdQrdS_b, tdQrKt0, acc_dq);
-        warpgroup_wait<1>();  // dV / dK (dQ part 0 in flight)
-        release();
-        warpgroup_wait<0>();
-        warpgroup_fence_operand(acc_dq);
-        add_dq(acc_dq, at.head, m0, 0);
-        fwd::wgmma_issue<true, false>(mma_dq, tdQrdS_b, tdQrKt1, acc_dq);
-        warpgroup_wait<0>();
-        warpgroup_fence_operand(acc_dq);
-        add_dq(acc_dq, at.head, m0, 1);
-      }
+      AccQ acc_dq;
+      Tensor tdQrdS_b = tdQrdS(_, _, _, buf);
+      fwd::wgmma_issue<true, false>(mma_dq, tdQrdS_b, tdQrKt0, acc_dq);
+      const bool first = ordered && w.dq_rank(p, at.m_block()) == 0;
+      warpgroup_wait<1>();  // dV / dK (dQ part 0 in flight)
+      release();
+      if (ordered) named_sync(kBarWideDqGo, kWideDqBarThreads);  // the CTAs ranked before have added
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(acc_dq);
+      add_dq(acc_dq, at.head, m0, 0, first);
+      fwd::wgmma_issue<true, false>(mma_dq, tdQrdS_b, tdQrKt1, acc_dq);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(acc_dq);
+      add_dq(acc_dq, at.head, m0, 1, first);
+      if (ordered) named_arrive(kBarWideDqDone, kWideDqBarThreads);
       ring.advance();
       do_ring.advance();
     }

@@ -1,0 +1,42 @@
+// The dQ order keeper of the wide-head Hopper backward in deterministic
+// mode: warp 1 of warpgroup 0. The consumers add dQ from registers
+// (bwd_wide_mainloop.cuh); the CTAs adding into one dQ tile must do so in
+// a fixed order (BwdWork::dq_rank). Per step this warp waits until the
+// tile's counter shows every CTA ranked before its own, lets the consumers
+// add (kBarWideDqGo), waits for their adds (kBarWideDqDone) and counts
+// them. (Done by the consumers themselves, each warp's spin on the counter
+// and the wait for its adds to land before the release measured 5-12%
+// slower than the two-kernel order it replaces; here neither is on them.)
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/bwd_dispatch.h"     // kBwdOrderRows
+#include "cuda/sm90/bulk_ops.cuh"  // load_acquire, add_release
+#include "cuda/sm90/bwd_params.cuh"
+#include "cuda/sm90/bwd_wide_config.cuh"
+#include "cuda/sm90/pipeline.cuh"  // named_sync, named_arrive
+
+namespace jax_flash::cuda::sm90 {
+
+template <class Cfg, class Work>
+__device__ __forceinline__ void bwd_order_wide_dq(const BwdKernelParams<Cfg>& kp, const Work& w, int lane) {
+  static_assert(Cfg::kBlockM == kBwdOrderRows);  // one counter a dQ tile
+  auto at = w.cursor();
+  for (int step = 0; step < w.steps; ++step, at.advance()) {
+    const int m = at.m_block();
+    int* counter = kp.dq_order + (int64_t(w.batch) * kp.p.heads_q + at.head) * kp.order_rows + m;
+    const int rank = w.dq_rank(kp.p, m);
+    if (lane == 0) {
+      for (unsigned ns = 32; load_acquire(counter) < rank; ns = ns < 256 ? 2 * ns : ns) __nanosleep(ns);
+    }
+    __syncwarp();
+    named_arrive(kBarWideDqGo, kWideDqBarThreads);
+    // The consumers' adds, ordered before their arrival (bar.arrive
+    // releases, bar.sync acquires), then one release covering them all.
+    named_sync(kBarWideDqDone, kWideDqBarThreads);
+    if (lane == 0) add_release(counter, 1);
+  }
+}
+
+}  // namespace jax_flash::cuda::sm90
