@@ -122,12 +122,14 @@ cudaError_t launch_bwd_ws(const BwdParams& p, BwdLaunchFlags flags, int rotate, 
 namespace jax_flash::cuda {
 
 // Plain attention, vector-aligned inputs, non-empty sequences (else
-// NotSupported: the SM80 kernels).
+// NotSupported: the SM80 kernels); ordered where bwd_prefers_order says so.
 template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_sm90_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream) {
   using Cfg = sm90::BwdConfig<kHeadDim, bwd::ElementOf<kDType>>;
-  const int rotate = params.deterministic ? sm90::order_rotation(params, Cfg::kBlockM, Cfg::kBlockN) : 0;
-  return sm90::launch_bwd_ws<Cfg>(params, flags, rotate, stream);
+  BwdParams p = params;
+  p.deterministic = p.deterministic || bwd_prefers_order(p);
+  const int rotate = p.deterministic ? sm90::order_rotation(p, Cfg::kBlockM, Cfg::kBlockN) : 0;
+  return sm90::launch_bwd_ws<Cfg>(p, flags, rotate, stream);
 }
 
 // Masks-only variants (window, lengths, query offsets, segment ids), atomic
