@@ -66,11 +66,11 @@ cudaError_t run_bwd_sm90_wide_hdim(const BwdParams& params, BwdLaunchFlags flags
 // SM80 deterministic kernels need neither.
 inline constexpr int kBwdOrderRows = 64;  // query rows per order counter
 inline size_t bwd_align256(size_t n) { return (n + 255) & ~size_t(255); }
-// Atomic mode takes the Hopper kernels' ordered (deterministic) path where
-// that measured faster: plain causal rows of at most 1k queries (H100 bf16
-// fwd+bwd, 16k tokens: +4% at d64 / d128, +12% at d256; each dQ tile's first
-// add is a store, so the accumulator is not cleared first). Its counters are
-// in the workspace on every GPU; elsewhere they go unused.
+// Atomic mode may take the Hopper kernels' ordered (deterministic) path for
+// plain causal rows of at most 1k queries, where large grids measured faster
+// (sm90::run_ordered decides; each dQ tile's first add is then a store, so
+// the accumulator is not cleared first). Its counters are in the workspace
+// whenever it may; otherwise they go unused.
 inline bool bwd_prefers_order(const BwdParams& p) {
   return !p.deterministic && p.causal && p.seqlen_q <= 1024 && p.plain_mask();
 }
