@@ -169,13 +169,15 @@ def _kernel_head_dim(d: int, variants: bool) -> int:
     return max(padded, min(larger)) if larger else padded
 
 
-def _bwd_workspace_floats(q, deterministic: bool, variants: bool, k_shape=None) -> int:
+def _bwd_workspace_floats(q, deterministic: bool, variants: bool, k_shape=None, causal: bool = False) -> int:
     """float32 scratch per leading-batch element for the CUDA backward: rowsum
     D = rowsum(dO * O), plus the float32 dQ accumulator (head_dim padded to the
     kernel's) in atomic mode, and in deterministic mode where the Hopper kernel
     may run (padded head dim 64 or 128: plain attention and the masks-only
     variants without segment ids, sized so for every variant there; 256: plain
-    attention), which also needs one int32 order counter per 64 query rows. XLA hands custom
+    attention), which also needs one int32 order counter per 64 query rows; so
+    does atomic mode for plain causal rows of at most 1024 queries, which the
+    Hopper kernels run ordered (bwd_prefers_order in cpp/cuda/bwd_dispatch.h). XLA hands custom
     calls no reliable scratch allocator, so it travels as an extra, discarded
     output (on the CPU, whose kernel ignores it, ffi_bwd asks for one float
     instead). The CUDA side rounds each region up to 256 B over the whole batch
@@ -200,7 +202,8 @@ def _bwd_workspace_floats(q, deterministic: bool, variants: bool, k_shape=None) 
     d_pad = _kernel_head_dim(d, variants)
     rows = hq * sq * math.prod(q.shape[:-3])
     slack = 0 if rows % 64 == 0 else 128
-    ordered = deterministic and (d_pad in (64, 128) or (d_pad == 256 and not variants))
+    prefers_order = not deterministic and causal and not variants and sq <= 1024
+    ordered = (deterministic or prefers_order) and (d_pad in (64, 128) or (d_pad == 256 and not variants))
     accum = d_pad if (ordered or not deterministic) else 0
     counters = hq * -(-sq // 64) + 64 if ordered else 0
     sq_pad = -(-sq // 128) * 128
@@ -236,7 +239,7 @@ def ffi_bwd(q, k, v, o, lse, do, scale: float, causal, deterministic: bool,
     # the CPU lowering asks for one float a batch element, not a dq-sized buffer.
     return jax.lax.platform_dependent(
         q, k, v, o, lse, do, *extras.arrays(), cpu=with_workspace(1),
-        default=with_workspace(_bwd_workspace_floats(q, deterministic, variants, k.shape)))
+        default=with_workspace(_bwd_workspace_floats(q, deterministic, variants, k.shape, bool(mask.causal))))
 
 
 # ---------------------------------------------------------------------------

@@ -135,14 +135,16 @@ def test_gpu_tests_skip_head_dims_this_build_lacks(monkeypatch):
         skip_unless_cuda_head_dim(256, variants=True)
 
 
-def _cuda_workspace_bytes(batch, hq, sq, d_pad, deterministic, variants):
+def _cuda_workspace_bytes(batch, hq, sq, d_pad, deterministic, variants, causal):
     """cpp/cuda/bwd_dispatch.h: each region rounded up to 256 B over the batch;
     deterministic mode keeps the accumulator, plus order counters, at 64/128
-    and at 256 without variants; the accumulator's rows are padded per head to
-    whole 128-row tiles."""
+    and at 256 without variants, and so does atomic mode for plain causal rows
+    of at most 1024 queries (bwd_prefers_order); the accumulator's rows are
+    padded per head to whole 128-row tiles."""
     up = lambda n: (n + 255) // 256 * 256
     rows = batch * hq * sq
-    ordered = deterministic and (d_pad in (64, 128) or (d_pad == 256 and not variants))
+    prefers_order = not deterministic and causal and not variants and sq <= 1024
+    ordered = (deterministic or prefers_order) and (d_pad in (64, 128) or (d_pad == 256 and not variants))
     accum = up(4 * batch * hq * -(-sq // 128) * 128 * d_pad) if (ordered or not deterministic) else 0
     counters = up(4 * batch * hq * -(-sq // 64)) if ordered else 0
     return up(4 * rows) + accum + counters
@@ -152,7 +154,8 @@ def _cuda_workspace_bytes(batch, hq, sq, d_pad, deterministic, variants):
 @pytest.mark.parametrize("sq,hq,d", [(16384, 16, 128), (1, 1, 64), (17, 3, 40), (129, 4, 256), (64, 1, 96)])
 @pytest.mark.parametrize("deterministic", [False, True])
 @pytest.mark.parametrize("variants", [False, True])
-def test_workspace_covers_the_cuda_layout_with_no_slack_when_aligned(lead, sq, hq, d, deterministic, variants):
+@pytest.mark.parametrize("causal", [False, True])
+def test_workspace_covers_the_cuda_layout_with_no_slack_when_aligned(lead, sq, hq, d, deterministic, variants, causal):
     import math
 
     import jax
@@ -163,13 +166,14 @@ def test_workspace_covers_the_cuda_layout_with_no_slack_when_aligned(lead, sq, h
     q = jax.ShapeDtypeStruct(lead + (sq, hq, d), jnp.bfloat16)
     batch = math.prod(lead)
     d_pad = partitioning._kernel_head_dim(d, variants)
-    have = 4 * batch * partitioning._bwd_workspace_floats(q, deterministic, variants)
-    need = _cuda_workspace_bytes(batch, hq, sq, d_pad, deterministic, variants)
+    have = 4 * batch * partitioning._bwd_workspace_floats(q, deterministic, variants, causal=causal)
+    need = _cuda_workspace_bytes(batch, hq, sq, d_pad, deterministic, variants, causal)
     assert have >= need
-    if (batch * hq * sq) % 64 == 0 and not deterministic:  # the FA2 grid's shapes: exactly what runs, as cuDNN
+    ordered = deterministic or (causal and not variants and sq <= 1024)
+    if (batch * hq * sq) % 64 == 0 and not ordered:  # the FA2 grid's shapes: exactly what runs, as cuDNN
         assert have == need
     # vmap adds a leading axis XLA multiplies in; the slack must still cover it
-    assert 7 * have >= _cuda_workspace_bytes(7 * batch, hq, sq, d_pad, deterministic, variants)
+    assert 7 * have >= _cuda_workspace_bytes(7 * batch, hq, sq, d_pad, deterministic, variants, causal)
 
 
 def _tf32_scratch_bytes(batch, sq, sk, hq, hkv, d):

@@ -66,8 +66,16 @@ cudaError_t run_bwd_sm90_wide_hdim(const BwdParams& params, BwdLaunchFlags flags
 // SM80 deterministic kernels need neither.
 inline constexpr int kBwdOrderRows = 64;  // query rows per order counter
 inline size_t bwd_align256(size_t n) { return (n + 255) & ~size_t(255); }
+// Atomic mode may take the Hopper kernels' ordered (deterministic) path for
+// plain causal rows of at most 1k queries, where large grids measured faster
+// (sm90::run_ordered decides; each dQ tile's first add is then a store, so
+// the accumulator is not cleared first). Its counters are in the workspace
+// whenever it may; otherwise they go unused.
+inline bool bwd_prefers_order(const BwdParams& p) {
+  return !p.deterministic && p.causal && p.seqlen_q <= 1024 && p.plain_mask();
+}
 inline bool bwd_det_ordered(const BwdParams& p, int padded_head_dim) {
-  return p.deterministic &&
+  return (p.deterministic || bwd_prefers_order(p)) &&
          (padded_head_dim == 64 || padded_head_dim == 128 || (padded_head_dim == 256 && p.plain_mask()));
 }
 inline size_t bwd_dsum_bytes(const BwdParams& p) {

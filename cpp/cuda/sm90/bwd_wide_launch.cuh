@@ -15,12 +15,15 @@ namespace jax_flash::cuda {
 // sequences (else NotSupported: the SM80 kernels). Atomic mode staggers
 // each key tile's first query tile (BwdWork's rotation by one), so that the
 // CTAs running side by side add into different dQ tiles; deterministic
-// mode rotates where order_rotation says its waits stay short.
+// mode (and atomic mode where run_ordered says so) rotates where order_rotation says
+// its waits stay short.
 template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_sm90_wide_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream) {
   using Cfg = sm90::BwdWideConfig<kHeadDim, bwd::ElementOf<kDType>>;
-  const int rotate = params.deterministic ? sm90::order_rotation(params, Cfg::kBlockM, Cfg::kBlockN) : 1;
-  return sm90::launch_bwd_ws<Cfg>(params, flags, rotate, stream);
+  BwdParams p = params;
+  p.deterministic = sm90::run_ordered(p, Cfg::kBlockN);
+  const int rotate = p.deterministic ? sm90::order_rotation(p, Cfg::kBlockM, Cfg::kBlockN) : 1;
+  return sm90::launch_bwd_ws<Cfg>(p, flags, rotate, stream);
 }
 
 }  // namespace jax_flash::cuda
