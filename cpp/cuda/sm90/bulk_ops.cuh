@@ -40,6 +40,12 @@ __device__ __forceinline__ int load_acquire(const int* ptr) {
 __device__ __forceinline__ void add_release(int* ptr, int v) {
   asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(ptr), "r"(v) : "memory");
 }
+// Waits until *counter >= target (acquire), backing off 32 to 256 ns: a
+// lane spinning flat out took issue slots from the consumer warp beside it
+// on its SM sub-partition.
+__device__ __forceinline__ void wait_count(const int* counter, int target) {
+  for (unsigned ns = 32; load_acquire(counter) < target; ns = ns < 256 ? 2 * ns : ns) __nanosleep(ns);
+}
 // Orders the generic-proxy accesses around it with the bulk copies (async proxy).
 __device__ __forceinline__ void fence_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
 

@@ -12,7 +12,6 @@
 #include <cute/tensor.hpp>
 
 #include "cuda/common/store_acc.cuh"  // store_acc
-#include "cuda/bwd_dispatch.h"  // kBwdOrderRows
 #include "cuda/sm90/bulk_ops.cuh"
 #include "cuda/sm90/bwd_masks.cuh"
 #include "cuda/sm90/bwd_params.cuh"
@@ -66,9 +65,7 @@ __device__ __forceinline__ void bwd_write_dq(const BwdKernelParams<Cfg>& kp, typ
       if (step + 1 < w.steps) named_arrive(kBarDqEmpty, kDqBarThreads);
       continue;
     }
-    int* counter = kp.dq_order == nullptr
-                       ? nullptr
-                       : kp.dq_order + (int64_t(w.batch) * kp.p.heads_q + h) * kp.order_rows + m * M / kBwdOrderRows;
+    int* counter = kp.dq_order == nullptr ? nullptr : kp.dq_counter(w.batch, h, m);
     if (lane == 0) {
       bool first = false;
       if (counter != nullptr) {
@@ -78,9 +75,7 @@ __device__ __forceinline__ void bwd_write_dq(const BwdKernelParams<Cfg>& kp, typ
         else
           rank = w.dq_rank(kp.p, m);
         first = !Cfg::kMasks && rank == 0;
-        // Backing off (32 to 256 ns): lane 0 spinning flat out took issue
-        // slots from the consumer warp beside it on its SM sub-partition.
-        for (unsigned ns = 32; load_acquire(counter) < rank; ns = ns < 256 ? 2 * ns : ns) __nanosleep(ns);
+        wait_count(counter, rank);
         fence_async_global();  // the counter read before the add
       }
       const int64_t row = (int64_t(w.batch) * kp.p.heads_q + h) * kp.rows_pad + int64_t(m) * M;

@@ -18,6 +18,15 @@
 
 namespace jax_flash::cuda::sm90 {
 
+// The current device's SM count, or 0 if CUDA cannot say.
+inline int device_sms() {
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    return 0;
+  return sms;
+}
+
 // Deterministic mode, not causal: the stride between the first query tiles
 // of successive key-tile CTAs (the kernel's dq_rotate), or 0 for none. A CTA
 // then may wait for one of lower key tile, which launches after it; so only
@@ -29,11 +38,7 @@ inline int order_rotation(const BwdParams& p, int block_m, int block_n) {
   const int n_blocks = (p.seqlen_k + block_n - 1) / block_n;
   const int m_tiles = (p.seqlen_q + block_m - 1) / block_m;
   if (n_blocks < 2 || n_blocks > m_tiles) return 0;
-  int dev = 0, sms = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-    return 0;
-  return 2 * n_blocks <= sms ? m_tiles / n_blocks : 0;
+  return 2 * n_blocks <= device_sms() ? m_tiles / n_blocks : 0;
 }
 
 // Atomic mode runs ordered (as deterministic mode does) where
@@ -44,12 +49,9 @@ inline int order_rotation(const BwdParams& p, int block_m, int block_n) {
 inline bool run_ordered(const BwdParams& p, int block_n) {
   if (p.deterministic) return true;
   if (!bwd_prefers_order(p)) return false;
-  int dev = 0, sms = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-    return false;
+  const int sms = device_sms();
   const int64_t ctas = int64_t((p.seqlen_k + block_n - 1) / block_n) * p.heads_kv * p.batch;
-  return ctas >= 8 * int64_t(sms);
+  return sms > 0 && ctas >= 8 * int64_t(sms);
 }
 
 // Plain attention (Cfg::kMasks: the masks-only variants; Cfg::kLogits: a

@@ -3,6 +3,7 @@
 // workspace the pre-pass filled and the launch order.
 #pragma once
 
+#include "cuda/bwd_dispatch.h"  // kBwdOrderRows
 #include "cuda/sm90/bwd_config.cuh"
 #include "cuda/sm90/fwd_params.cuh"  // gmem_shape
 #include "params.h"
@@ -29,6 +30,11 @@ struct BwdKernelParams {
   int order_rows;     // counters per (batch, q head)
   int rotate;
   bool pair_ok;       // 4 B stores legal for dk, dv
+
+  // (deterministic) The counter of query tile m_block's dQ adds.
+  __device__ __forceinline__ int* dq_counter(int batch, int head, int m_block) const {
+    return dq_order + (int64_t(batch) * p.heads_q + head) * order_rows + m_block * Cfg::kBlockM / kBwdOrderRows;
+  }
 };
 
 }  // namespace jax_flash::cuda::sm90

@@ -14,9 +14,9 @@ namespace jax_flash::cuda {
 // Plain attention, head_dim == kHeadDim, vector-aligned inputs, non-empty
 // sequences (else NotSupported: the SM80 kernels). Atomic mode staggers
 // each key tile's first query tile (BwdWork's rotation by one), so that the
-// CTAs running side by side add into different dQ tiles; deterministic
-// mode (and atomic mode where run_ordered says so) rotates where order_rotation says
-// its waits stay short.
+// CTAs running side by side add into different dQ tiles. The ordered path
+// (deterministic mode, or run_ordered's choice) rotates only where
+// order_rotation says its waits stay short.
 template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_sm90_wide_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream) {
   using Cfg = sm90::BwdWideConfig<kHeadDim, bwd::ElementOf<kDType>>;

@@ -11,8 +11,7 @@
 
 #include <cstdint>
 
-#include "cuda/bwd_dispatch.h"     // kBwdOrderRows
-#include "cuda/sm90/bulk_ops.cuh"  // load_acquire, add_release
+#include "cuda/sm90/bulk_ops.cuh"  // wait_count, add_release
 #include "cuda/sm90/bwd_params.cuh"
 #include "cuda/sm90/bwd_wide_config.cuh"
 #include "cuda/sm90/pipeline.cuh"  // named_sync, named_arrive
@@ -21,15 +20,11 @@ namespace jax_flash::cuda::sm90 {
 
 template <class Cfg, class Work>
 __device__ __forceinline__ void bwd_order_wide_dq(const BwdKernelParams<Cfg>& kp, const Work& w, int lane) {
-  static_assert(Cfg::kBlockM == kBwdOrderRows);  // one counter a dQ tile
   auto at = w.cursor();
   for (int step = 0; step < w.steps; ++step, at.advance()) {
     const int m = at.m_block();
-    int* counter = kp.dq_order + (int64_t(w.batch) * kp.p.heads_q + at.head) * kp.order_rows + m;
-    const int rank = w.dq_rank(kp.p, m);
-    if (lane == 0) {
-      for (unsigned ns = 32; load_acquire(counter) < rank; ns = ns < 256 ? 2 * ns : ns) __nanosleep(ns);
-    }
+    int* counter = kp.dq_counter(w.batch, at.head, m);
+    if (lane == 0) wait_count(counter, w.dq_rank(kp.p, m));
     __syncwarp();
     named_arrive(kBarWideDqGo, kWideDqBarThreads);
     // The consumers' adds, ordered before their arrival (bar.arrive
