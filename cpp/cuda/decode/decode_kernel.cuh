@@ -11,10 +11,11 @@
 //     softmax, and the warps' (m, l, o) merge through shared memory at the end;
 //   - QK^T and PV on tensor cores (m16n8k16, float32 accumulation), K/V tiles
 //     in shared memory with an XOR swizzle so ldmatrix is conflict-free;
-//   - a row table in shared memory holds each key's cache row (from the page
-//     table for a paged cache; -1: past the length or in an out-of-range page,
-//     zero-filled and masked, never read), filled one block ahead by one thread
-//     a key, so the copies and the mask read one int a row.
+//   - paged caches (their own instantiation): a row table in shared memory
+//     holds each key's cache row (-1: past the length or in an out-of-range
+//     page, zero-filled and masked, never read), filled one block ahead by one
+//     thread a key, so the copies and the mask read one int a row. Contiguous
+//     caches compute their rows in place and mask by position alone.
 // One split writes o/lse directly; several write float32 partials that
 // decode_combine merges.
 #pragma once
@@ -45,8 +46,9 @@ struct DecodeConfig {
   static constexpr int kTileElems = kBlockN * D;
   static constexpr int kSmemQ = kBlockM * D * 2;
   static constexpr int kSmemKV = 2 * kStages * kTileElems * 2;
-  // Row tables: one slot more than the stages, so that a block's slot is
-  // refilled only after every warp has masked that block.
+  // (Paged) row tables: one slot more than the stages, so that a block's
+  // slot is refilled only after every warp has masked that block. The
+  // contiguous instantiation leaves them unused.
   static constexpr int kRowSlots = kStages + 1;
   static constexpr int kSmemRows = kRowSlots * kBlockN * 4;
   // (jax_flash/kvcache.py _cta_slots_per_sm mirrors this to size splits.)
@@ -61,7 +63,7 @@ __device__ __forceinline__ int swz(int r, int c) {
   return r * D + ((c ^ (r & 7)) << 3);
 }
 
-template <class Cfg>
+template <class Cfg, bool kPaged>
 __global__ void __launch_bounds__(128) decode_kernel(const KvcacheParams p) {
   using Element = typename Cfg::Element;
   constexpr int D = Cfg::kChunks * 8;
@@ -109,9 +111,9 @@ __global__ void __launch_bounds__(128) decode_kernel(const KvcacheParams p) {
     cp_async_16(smem_addr(sQ + swz<D>(r, c)), ok ? src : q, ok);
   }
 
-  // Row tables. Block n (of this split) has slot n % kRowSlots. Thread group
-  // g = tid / kBlockN fills the tables of the blocks n with n % 2 == g, thread
-  // tid % kBlockN the key of its index; for a paged cache it loads the page
+  // (Paged) row tables. Block n (of this split) has slot n % kRowSlots.
+  // Thread group g = tid / kBlockN fills the tables of the blocks n with
+  // n % 2 == g, thread tid % kBlockN the key of its index, and loads the page
   // id of its next block's key when filling, so the page-table round trip is
   // off the copies' path. One row a thread a block: the copies used to walk
   // pages per row and per thread, which cost the issue-bound 16-query kernel
@@ -119,30 +121,28 @@ __global__ void __launch_bounds__(128) decode_kernel(const KvcacheParams p) {
   constexpr int kRowSlots = Cfg::kRowSlots;
   static_assert(Cfg::kThreads == 2 * kBlockN, "two row-table groups");
   const int trow = tid % kBlockN, tgrp = tid / kBlockN;
-  const int32_t* page_row = p.paged() ? p.page_table + int64_t(b) * p.pages_per_seq : nullptr;
+  const int32_t* page_row = kPaged ? p.page_table + int64_t(b) * p.pages_per_seq : nullptr;
   const uint32_t page_size = uint32_t(p.cache_rows);
   const int32_t contig_base = int32_t(int64_t(b) * p.cache_rows);
   // Key positions and cache rows are below 2^31 (capacity < 2^31), block
   // counts below 2^25: 32-bit index math.
   const int32_t key0 = int32_t(blk_begin * kBlockN) + trow, len = int32_t(L);
-  // (Paged) the page id of key trow of block n and the key's row in it.
+  // Page sizes that are powers of two divide by a shift.
+  const int page_shift = __popc(page_size) == 1 ? __ffs(page_size) - 1 : -1;
+  // The page id of key trow of block n and the key's row in it.
   auto load_page = [&](int n, int32_t& pid, uint32_t& rem) {
     const int32_t j = key0 + n * kBlockN;
     pid = -1;
-    if (page_row && j < len) {
-      const uint32_t pg = uint32_t(j) / page_size;
+    if (j < len) {
+      const uint32_t pg = page_shift >= 0 ? uint32_t(j) >> page_shift : uint32_t(j) / page_size;
       rem = uint32_t(j) - pg * page_size;
       pid = page_row[pg];
     }
   };
   auto fill_rows = [&](int n, int32_t pid, uint32_t rem) {
     const int32_t j = key0 + n * kBlockN;
-    int32_t row = -1;
-    if (j < len) {
-      if (!page_row) row = contig_base + j;
-      else if (pid >= 0 && pid < p.num_pages) row = int32_t(uint32_t(pid) * page_size + rem);
-    }
-    sRow[(n % kRowSlots) * kBlockN + trow] = row;
+    const bool ok = j < len && pid >= 0 && pid < p.num_pages;
+    sRow[(n % kRowSlots) * kBlockN + trow] = ok ? int32_t(uint32_t(pid) * page_size + rem) : -1;
   };
 
   // Each thread copies one 16-byte chunk column of kPasses rows a stage.
@@ -157,10 +157,13 @@ __global__ void __launch_bounds__(128) decode_kernel(const KvcacheParams p) {
     const int32_t* key_rows = sRow + (n % kRowSlots) * kBlockN;
     Element* dk = sK + stage * Cfg::kTileElems;
     Element* dv = sV + stage * Cfg::kTileElems;
+    const int32_t j0 = key0 - trow + n * kBlockN;
 #pragma unroll
     for (int k = 0; k < kPasses; ++k) {
       const int r = lr + k * kRowsPerPass;
-      const int32_t cache_row = key_rows[r];
+      int32_t cache_row;
+      if constexpr (kPaged) cache_row = key_rows[r];
+      else cache_row = j0 + r < len ? contig_base + j0 + r : -1;
       const bool ok = cache_row >= 0;
       const int64_t off = int64_t(cache_row) * row_stride;
       cp_async_16(smem_addr(dk + swz<D>(r, lc)), ok ? kc_col + off : kc, ok);
@@ -171,15 +174,17 @@ __global__ void __launch_bounds__(128) decode_kernel(const KvcacheParams p) {
   // The first kStages blocks' tables, then this group's next block's page id.
   int32_t pid = -1;
   uint32_t rem = 0;
+  if constexpr (kPaged) {
 #pragma unroll
-  for (int s = 0; s < kStages; ++s) {
-    if ((s & 1) == tgrp && s < n_blocks) {
-      load_page(s, pid, rem);
-      fill_rows(s, pid, rem);
+    for (int s = 0; s < kStages; ++s) {
+      if ((s & 1) == tgrp && s < n_blocks) {
+        load_page(s, pid, rem);
+        fill_rows(s, pid, rem);
+      }
     }
+    if (const int n0 = kStages + ((tgrp ^ kStages) & 1); n0 < n_blocks) load_page(n0, pid, rem);
+    __syncthreads();
   }
-  if (const int n0 = kStages + ((tgrp ^ kStages) & 1); n0 < n_blocks) load_page(n0, pid, rem);
-  __syncthreads();
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < n_blocks) load_block(s, s);
@@ -234,9 +239,11 @@ __global__ void __launch_bounds__(128) decode_kernel(const KvcacheParams p) {
     if (nxt < n_blocks) load_block(int(nxt % kStages), int(nxt));
     cp_async_commit();
     // The table of block nxt + 1, into the slot block it - 1 has finished with.
-    if (const int f = int(nxt) + 1; (f & 1) == tgrp && f < n_blocks) {
-      fill_rows(f, pid, rem);
-      if (f + 2 < n_blocks) load_page(f + 2, pid, rem);
+    if constexpr (kPaged) {
+      if (const int f = int(nxt) + 1; (f & 1) == tgrp && f < n_blocks) {
+        fill_rows(f, pid, rem);
+        if (f + 2 < n_blocks) load_page(f + 2, pid, rem);
+      }
     }
 
     const int stage = int(it % kStages);
@@ -273,7 +280,8 @@ __global__ void __launch_bounds__(128) decode_kernel(const KvcacheParams p) {
           float x = s[t][e];
           x = softcap ? cap_out * tanhf(x * cap_in) : x * scale_log2;
           if (slope[h] != 0.f) x -= slope[h] * float(pos[h] > j ? pos[h] - j : int64_t(j) - pos[h]);
-          const bool vis = key_rows[col] >= 0 && j >= kmin[h] && j <= kmax[h];
+          // (Contiguous: kmax < L keeps the keys past the length out.)
+          const bool vis = (!kPaged || key_rows[col] >= 0) && j >= kmin[h] && j <= kmax[h];
           s[t][e] = vis ? x : kNegInf;
         }
       }
