@@ -125,7 +125,9 @@ def _cta_slots_per_sm(head_dim: int, warps_m: int) -> int:
     decode_smem_bytes in cpp/cuda/decode/decode_kernel.cuh)."""
     d = max(64, 1 << (head_dim - 1).bit_length())
     stages = {64: 4, 128: 3, 256: 2}[d]
-    smem = stages * KEY_BLOCK * d * 2 * 2 + 16 * warps_m * d * 2
+    # K/V stages, Q rows, row tables (a slot more than the stages); 1 KB a
+    # CTA the hardware reserves.
+    smem = stages * KEY_BLOCK * d * 2 * 2 + 16 * warps_m * d * 2 + (stages + 1) * KEY_BLOCK * 4
     return max(1, (228 * 1024) // (smem + 1024))
 
 

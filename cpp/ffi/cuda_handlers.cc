@@ -112,10 +112,16 @@ ffi::Error BwdCuda(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi:
 
 namespace ffi = xla::ffi;
 
+// kCmdBufferCompatible: a handler only launches on XLA's stream, and what it
+// launches depends on shapes, attributes and the device alone, so XLA may
+// record it into a CUDA graph with its neighbours (a decode loop then replays
+// one graph a step instead of launching kernel by kernel).
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jax_flash_fwd_cuda, jax_flash::ffi_glue::FwdCuda,
                               jax_flash::ffi_glue::bind_fwd(
-                                  ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()));
+                                  ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
+                              {ffi::Traits::kCmdBufferCompatible});
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jax_flash_bwd_cuda, jax_flash::ffi_glue::BwdCuda,
                               jax_flash::ffi_glue::bind_bwd(
-                                  ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()));
+                                  ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
+                              {ffi::Traits::kCmdBufferCompatible});

@@ -71,11 +71,17 @@ ffi::Error KvcacheAppendCuda(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuff
 
 namespace ffi = xla::ffi;
 
+// kCmdBufferCompatible: a handler only launches on XLA's stream, and what it
+// launches depends on shapes, attributes and the device alone, so XLA may
+// record it into a CUDA graph with its neighbours (a decode loop then replays
+// one graph a step instead of launching kernel by kernel).
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jax_flash_kvcache_fwd_cuda, jax_flash::ffi_glue::KvcacheCuda,
                               jax_flash::ffi_glue::bind_kvcache_fwd(
-                                  ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()));
+                                  ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
+                              {ffi::Traits::kCmdBufferCompatible});
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jax_flash_kvcache_append_fwd_cuda,
                               jax_flash::ffi_glue::KvcacheAppendCuda,
                               jax_flash::ffi_glue::bind_kvcache_append_fwd(
-                                  ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()));
+                                  ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
+                              {ffi::Traits::kCmdBufferCompatible});

@@ -11,8 +11,11 @@
 //     softmax, and the warps' (m, l, o) merge through shared memory at the end;
 //   - QK^T and PV on tensor cores (m16n8k16, float32 accumulation), K/V tiles
 //     in shared memory with an XOR swizzle so ldmatrix is conflict-free;
-//   - paged caches: each row's address comes from the page table; rows in an
-//     out-of-range page are zero-filled and masked (never read).
+//   - paged caches (their own instantiation): a row table in shared memory
+//     holds each key's cache row (-1: past the length or in an out-of-range
+//     page, zero-filled and masked, never read), filled one block ahead by one
+//     thread a key, so the copies and the mask read one int a row. Contiguous
+//     caches compute their rows in place and mask by position alone.
 // One split writes o/lse directly; several write float32 partials that
 // decode_combine merges.
 #pragma once
@@ -43,9 +46,13 @@ struct DecodeConfig {
   static constexpr int kTileElems = kBlockN * D;
   static constexpr int kSmemQ = kBlockM * D * 2;
   static constexpr int kSmemKV = 2 * kStages * kTileElems * 2;
-  static constexpr int kSmemFlags = kStages * kBlockN * 4;
+  // (Paged) row tables: one slot more than the stages, so that a block's
+  // slot is refilled only after every warp has masked that block. The
+  // contiguous instantiation leaves them unused.
+  static constexpr int kRowSlots = kStages + 1;
+  static constexpr int kSmemRows = kRowSlots * kBlockN * 4;
   // (jax_flash/kvcache.py _cta_slots_per_sm mirrors this to size splits.)
-  static constexpr int kSmem = kSmemQ + kSmemKV + kSmemFlags;
+  static constexpr int kSmem = kSmemQ + kSmemKV + kSmemRows;
   // The epilogue's per-warp partials reuse the K/V stages.
   static_assert(kWarpsN * kBlockM * (D + 2) * 4 <= kSmemKV, "epilogue scratch");
 };
@@ -56,7 +63,7 @@ __device__ __forceinline__ int swz(int r, int c) {
   return r * D + ((c ^ (r & 7)) << 3);
 }
 
-template <class Cfg>
+template <class Cfg, bool kPaged>
 __global__ void __launch_bounds__(128) decode_kernel(const KvcacheParams p) {
   using Element = typename Cfg::Element;
   constexpr int D = Cfg::kChunks * 8;
@@ -69,7 +76,7 @@ __global__ void __launch_bounds__(128) decode_kernel(const KvcacheParams p) {
   Element* sQ = reinterpret_cast<Element*>(smem);
   Element* sK = sQ + kBlockM * D;
   Element* sV = sK + kStages * Cfg::kTileElems;
-  int* sFlag = reinterpret_cast<int*>(sV + kStages * Cfg::kTileElems);
+  int32_t* sRow = reinterpret_cast<int32_t*>(sV + kStages * Cfg::kTileElems);
 
   const int split = blockIdx.x;
   const int hk = blockIdx.y % p.heads_kv, mb = blockIdx.y / p.heads_kv;
@@ -104,91 +111,85 @@ __global__ void __launch_bounds__(128) decode_kernel(const KvcacheParams p) {
     cp_async_16(smem_addr(sQ + swz<D>(r, c)), ok ? src : q, ok);
   }
 
-  // Each thread copies one 16-byte chunk column of kPasses rows a stage. For
-  // a paged cache the rows' page ids are read one block ahead of the copies
-  // that use them (fetch_pages, a loop iteration earlier), so the page-table
-  // round trip does not stall the cp.async issue (H100: paged d256 and
-  // 16-query shapes had run at 0.63-0.82x the contiguous cache).
+  // (Paged) row tables. Block n (of this split) has slot n % kRowSlots.
+  // Thread group g = tid / kBlockN fills the tables of the blocks n with
+  // n % 2 == g, thread tid % kBlockN the key of its index, and loads the page
+  // id of its next block's key when filling, so the page-table round trip is
+  // off the copies' path. One row a thread a block: the copies used to walk
+  // pages per row and per thread, which cost the issue-bound 16-query kernel
+  // 12% over the contiguous cache (H100, ncu: +12.5% instructions).
+  constexpr int kRowSlots = Cfg::kRowSlots;
+  static_assert(Cfg::kThreads == 2 * kBlockN, "two row-table groups");
+  const int trow = tid % kBlockN, tgrp = tid / kBlockN;
+  const int32_t* page_row = kPaged ? p.page_table + int64_t(b) * p.pages_per_seq : nullptr;
+  const uint32_t page_size = uint32_t(p.cache_rows);
+  const int32_t contig_base = int32_t(int64_t(b) * p.cache_rows);
+  // Key positions and cache rows are below 2^31 (capacity < 2^31), block
+  // counts below 2^25: 32-bit index math.
+  const int32_t key0 = int32_t(blk_begin * kBlockN) + trow, len = int32_t(L);
+  // Page sizes that are powers of two divide by a shift.
+  const int page_shift = __popc(page_size) == 1 ? __ffs(page_size) - 1 : -1;
+  // The page id of key trow of block n and the key's row in it.
+  auto load_page = [&](int n, int32_t& pid, uint32_t& rem) {
+    const int32_t j = key0 + n * kBlockN;
+    pid = -1;
+    if (j < len) {
+      const uint32_t pg = page_shift >= 0 ? uint32_t(j) >> page_shift : uint32_t(j) / page_size;
+      rem = uint32_t(j) - pg * page_size;
+      pid = page_row[pg];
+    }
+  };
+  auto fill_rows = [&](int n, int32_t pid, uint32_t rem) {
+    const int32_t j = key0 + n * kBlockN;
+    const bool ok = j < len && pid >= 0 && pid < p.num_pages;
+    sRow[(n % kRowSlots) * kBlockN + trow] = ok ? int32_t(uint32_t(pid) * page_size + rem) : -1;
+  };
+
+  // Each thread copies one 16-byte chunk column of kPasses rows a stage.
   constexpr int kRowsPerPass = Cfg::kThreads / Cfg::kChunks;
   static_assert(kRowsPerPass == kvcache_min_page_size(D), "the CUDA handler refuses smaller pages");
   constexpr int kPasses = kBlockN / kRowsPerPass;
   const int lc = tid % Cfg::kChunks, lr = tid / Cfg::kChunks;
   const int64_t row_stride = p.row_stride();
-  const int32_t* page_row = p.paged() ? p.page_table + int64_t(b) * p.pages_per_seq : nullptr;
-  const uint32_t page_size = uint32_t(p.cache_rows);
   const Element* kc_col = kc + int64_t(hk) * D + lc * 8;
   const Element* vc_col = vc + int64_t(hk) * D + lc * 8;
-  const int64_t contig_base = int64_t(b) * p.cache_rows;
-  // This thread's rows of block blk are j = first + k kRowsPerPass; their
-  // pages advance by at most one a row step (page_size >= kRowsPerPass:
-  // kvcache_min_page_size), so one division a block, not one a row (a division per row had
-  // cost the issue-bound d256 / 16-query kernels up to 30%).
-  auto first_row = [&](int64_t blk, uint32_t& page, uint32_t& rem) {
-    const uint32_t j = uint32_t(blk * kBlockN + lr);
-    page = j / page_size;
-    rem = j - page * page_size;
-  };
-  auto next_row = [&](uint32_t& page, uint32_t& rem) {
-    rem += kRowsPerPass;
-    if (rem >= page_size) {
-      rem -= page_size;
-      ++page;
-    }
-  };
-  // (Paged caches) Page ids of this thread's rows of block blk, -1 past L.
-  auto fetch_pages = [&](int64_t blk, int32_t (&pages)[kPasses]) {
-    if (!page_row) return;
-    uint32_t pg, rem;
-    first_row(blk, pg, rem);
-#pragma unroll
-    for (int k = 0; k < kPasses; ++k) {
-      const int64_t j = blk * kBlockN + lr + k * kRowsPerPass;
-      pages[k] = j < L ? page_row[pg] : -1;
-      next_row(pg, rem);
-    }
-  };
-  auto load_block = [&](int stage, int64_t blk, const int32_t (&pages)[kPasses]) {
-    const int64_t j0 = blk * kBlockN;
-    int32_t cache_row[kPasses];  // row of the [slabs * cache_rows] cache, -1: not read
-    if (page_row) {
-      uint32_t pg, rem;
-      first_row(blk, pg, rem);
-#pragma unroll
-      for (int k = 0; k < kPasses; ++k) {
-        const bool ok = j0 + lr + k * kRowsPerPass < L && pages[k] >= 0 && pages[k] < p.num_pages;
-        cache_row[k] = ok ? int32_t(uint32_t(pages[k]) * page_size + rem) : -1;
-        next_row(pg, rem);
-      }
-    } else {
-#pragma unroll
-      for (int k = 0; k < kPasses; ++k) {
-        const int64_t j = j0 + lr + k * kRowsPerPass;
-        cache_row[k] = j < L ? int32_t(contig_base + j) : -1;
-      }
-    }
+  auto load_block = [&](int stage, int n) {
+    const int32_t* key_rows = sRow + (n % kRowSlots) * kBlockN;
     Element* dk = sK + stage * Cfg::kTileElems;
     Element* dv = sV + stage * Cfg::kTileElems;
+    const int32_t j0 = key0 - trow + n * kBlockN;
 #pragma unroll
     for (int k = 0; k < kPasses; ++k) {
       const int r = lr + k * kRowsPerPass;
-      const bool ok = cache_row[k] >= 0;
-      const int64_t off = int64_t(cache_row[k]) * row_stride;
+      int32_t cache_row;
+      if constexpr (kPaged) cache_row = key_rows[r];
+      else cache_row = j0 + r < len ? contig_base + j0 + r : -1;
+      const bool ok = cache_row >= 0;
+      const int64_t off = int64_t(cache_row) * row_stride;
       cp_async_16(smem_addr(dk + swz<D>(r, lc)), ok ? kc_col + off : kc, ok);
       cp_async_16(smem_addr(dv + swz<D>(r, lc)), ok ? vc_col + off : vc, ok);
-      if (lc == 0) sFlag[stage * kBlockN + r] = ok;
     }
   };
 
-  int32_t pages[kPasses];  // (paged) the next block's page ids
+  // The first kStages blocks' tables, then this group's next block's page id.
+  int32_t pid = -1;
+  uint32_t rem = 0;
+  if constexpr (kPaged) {
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) {
+      if ((s & 1) == tgrp && s < n_blocks) {
+        load_page(s, pid, rem);
+        fill_rows(s, pid, rem);
+      }
+    }
+    if (const int n0 = kStages + ((tgrp ^ kStages) & 1); n0 < n_blocks) load_page(n0, pid, rem);
+    __syncthreads();
+  }
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < n_blocks) {
-      fetch_pages(blk_begin + s, pages);
-      load_block(s, blk_begin + s, pages);
-    }
+    if (s < n_blocks) load_block(s, s);
     cp_async_commit();
   }
-  if (kStages - 1 < n_blocks) fetch_pages(blk_begin + kStages - 1, pages);
 
   // This thread's two rows (lane / 4 and + 8 within the warp's 16).
   // Visible keys [kmin, kmax] as int32 (positions < capacity < 2^31);
@@ -235,13 +236,18 @@ __global__ void __launch_bounds__(128) decode_kernel(const KvcacheParams p) {
         ldmatrix_x4(qf[kk], q_base + 2 * swz<D>(wm * 16 + lrow, 2 * kk + lchunk));
     }
     const int64_t nxt = it + kStages - 1;
-    if (nxt < n_blocks) {
-      load_block(int(nxt % kStages), blk_begin + nxt, pages);
-      if (nxt + 1 < n_blocks) fetch_pages(blk_begin + nxt + 1, pages);  // used next iteration
-    }
+    if (nxt < n_blocks) load_block(int(nxt % kStages), int(nxt));
     cp_async_commit();
+    // The table of block nxt + 1, into the slot block it - 1 has finished with.
+    if constexpr (kPaged) {
+      if (const int f = int(nxt) + 1; (f & 1) == tgrp && f < n_blocks) {
+        fill_rows(f, pid, rem);
+        if (f + 2 < n_blocks) load_page(f + 2, pid, rem);
+      }
+    }
 
     const int stage = int(it % kStages);
+    const int32_t* key_rows = sRow + int(it) % kRowSlots * kBlockN;
     const int64_t j0 = (blk_begin + it) * kBlockN;
     const uint32_t k_base = smem_addr(sK + stage * Cfg::kTileElems);
     const uint32_t v_base = smem_addr(sV + stage * Cfg::kTileElems);
@@ -274,7 +280,8 @@ __global__ void __launch_bounds__(128) decode_kernel(const KvcacheParams p) {
           float x = s[t][e];
           x = softcap ? cap_out * tanhf(x * cap_in) : x * scale_log2;
           if (slope[h] != 0.f) x -= slope[h] * float(pos[h] > j ? pos[h] - j : int64_t(j) - pos[h]);
-          const bool vis = sFlag[stage * kBlockN + col] && j >= kmin[h] && j <= kmax[h];
+          // (Contiguous: kmax < L keeps the keys past the length out.)
+          const bool vis = (!kPaged || key_rows[col] >= 0) && j >= kmin[h] && j <= kmax[h];
           s[t][e] = vis ? x : kNegInf;
         }
       }

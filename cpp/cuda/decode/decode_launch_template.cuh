@@ -17,10 +17,10 @@ inline int warps_m(int rows) { return rows <= 16 ? 1 : (rows <= 32 ? 2 : 4); }
 
 // `static`: every unit keeps its own once-per-device record (its kernels'
 // host stubs are local to it).
-template <class Cfg>
+template <class Cfg, bool kPaged>
 static cudaError_t launch_cfg(const KvcacheParams& p, cudaStream_t stream) {
   static std::atomic<unsigned long long> done_mask{0};
-  auto kernel = decode_kernel<Cfg>;
+  auto kernel = decode_kernel<Cfg, kPaged>;
   int dev = 0;
   cudaError_t err = cudaGetDevice(&dev);
   if (err != cudaSuccess) return err;
@@ -42,13 +42,21 @@ static cudaError_t launch_cfg(const KvcacheParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-template <class Element, int D, int Stages>
+template <class Element, int D, int Stages, bool kPaged>
 static cudaError_t launch_rows(const KvcacheParams& p, cudaStream_t stream) {
   switch (warps_m(p.group_size() * p.seqlen_q)) {
-    case 1: return launch_cfg<DecodeConfig<Element, D, 1, Stages>>(p, stream);
-    case 2: return launch_cfg<DecodeConfig<Element, D, 2, Stages>>(p, stream);
-    default: return launch_cfg<DecodeConfig<Element, D, 4, Stages>>(p, stream);
+    case 1: return launch_cfg<DecodeConfig<Element, D, 1, Stages>, kPaged>(p, stream);
+    case 2: return launch_cfg<DecodeConfig<Element, D, 2, Stages>, kPaged>(p, stream);
+    default: return launch_cfg<DecodeConfig<Element, D, 4, Stages>, kPaged>(p, stream);
   }
+}
+
+// Paged and contiguous caches get their own kernels (the page walk stays out
+// of the contiguous one).
+template <class Element, int D, int Stages>
+static cudaError_t launch_paging(const KvcacheParams& p, cudaStream_t stream) {
+  return p.paged() ? launch_rows<Element, D, Stages, true>(p, stream)
+                   : launch_rows<Element, D, Stages, false>(p, stream);
 }
 
 // Opt-in shared memory a CTA may have on the current device.
@@ -66,9 +74,9 @@ cudaError_t launch_decode(const KvcacheParams& p, cudaStream_t stream) {
     // A third 64 KB stage where it fits: one CTA an SM, so the stages are all
     // the loads it has in flight.
     if (smem_optin() >= DecodeConfig<Element, D, 4, 3>::kSmem)
-      return launch_rows<Element, D, 3>(p, stream);
+      return launch_paging<Element, D, 3>(p, stream);
   }
-  return launch_rows<Element, D, DecodeConfig<Element, D, 1>::kStages>(p, stream);
+  return launch_paging<Element, D, DecodeConfig<Element, D, 1>::kStages>(p, stream);
 }
 
 }  // namespace jax_flash::cuda::decode
