@@ -23,7 +23,6 @@
 #include <cmath>
 #include <cstdint>
 
-#include "cuda/decode/decode_launch.h"  // kvcache_min_page_size
 #include "cuda/decode/decode_ptx.cuh"
 #include "kvcache_params.h"
 
@@ -147,7 +146,6 @@ __global__ void __launch_bounds__(128) decode_kernel(const KvcacheParams p) {
 
   // Each thread copies one 16-byte chunk column of kPasses rows a stage.
   constexpr int kRowsPerPass = Cfg::kThreads / Cfg::kChunks;
-  static_assert(kRowsPerPass == kvcache_min_page_size(D), "the CUDA handler refuses smaller pages");
   constexpr int kPasses = kBlockN / kRowsPerPass;
   const int lc = tid % Cfg::kChunks, lr = tid / Cfg::kChunks;
   const int64_t row_stride = p.row_stride();

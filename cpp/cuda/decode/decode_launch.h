@@ -15,10 +15,11 @@ namespace jax_flash::cuda {
 // (head dims 64, 128, 256; JAX_FLASH_CUDA_HEAD_DIMS / _DTYPES may drop some).
 bool kvcache_supports(DType dtype, int head_dim);
 
-// The rows a thread's page walk advances per step in the split kernel (its
-// 128 threads copy a row in head_dim / 8 chunks of 16 bytes, so a step is
-// 1024 / head_dim rows, and the walk moves at most one page a step): the
-// smallest page a paged cache may have on CUDA. decode_kernel.cuh asserts it.
+// The smallest page a paged cache may have on CUDA: 1024 / head_dim rows, the
+// row step of the split kernel's copies, which an earlier per-thread page walk
+// could not cross twice. The paged kernel now looks every key's page up on
+// its own (a row table), so nothing in it needs the bound any more; smaller
+// pages stay refused because no GPU test has run them yet.
 constexpr int kvcache_min_page_size(int head_dim) { return 128 * 8 / head_dim; }
 
 // The decode head dims of this build, ascending.
