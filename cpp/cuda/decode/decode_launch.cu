@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "cuda/common/device.h"  // device_attribute
 #include "cuda/common/dtypes.h"
 #include "cuda/decode/decode_dispatch.h"
 #include "cuda/decode/decode_launch.h"
@@ -133,13 +134,7 @@ template <DType t>
 using ElementOf = std::conditional_t<t == DType::kBFloat16, __nv_bfloat16, __half>;
 
 // Compute capability >= 9.0 on the current device (PDL).
-bool pdl_supported() {
-  int dev = 0, major = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
-    return false;
-  return major >= 9;
-}
+bool pdl_supported() { return device_attribute(cudaDevAttrComputeCapabilityMajor) >= 9; }
 
 template <class Element, int D>
 cudaError_t run_typed(const KvcacheParams& p, cudaStream_t stream) {

@@ -7,6 +7,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "cuda/common/device.h"  // device_attribute
 #include "cuda/decode/decode_kernel.cuh"
 #include "kvcache_params.h"
 
@@ -59,21 +60,13 @@ static cudaError_t launch_paging(const KvcacheParams& p, cudaStream_t stream) {
                    : launch_rows<Element, D, Stages, false>(p, stream);
 }
 
-// Opt-in shared memory a CTA may have on the current device.
-inline int smem_optin() {
-  int dev = 0, bytes = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
-    return 0;
-  return bytes;
-}
-
 template <class Element, int D>
 cudaError_t launch_decode(const KvcacheParams& p, cudaStream_t stream) {
   if constexpr (D == 256) {
     // A third 64 KB stage where it fits: one CTA an SM, so the stages are all
     // the loads it has in flight.
-    if (smem_optin() >= DecodeConfig<Element, D, 4, 3>::kSmem)
+    constexpr int kSmem3 = DecodeConfig<Element, D, 4, 3>::kSmem;
+    if (device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin) >= kSmem3)
       return launch_paging<Element, D, 3>(p, stream);
   }
   return launch_paging<Element, D, DecodeConfig<Element, D, 1>::kStages>(p, stream);

@@ -11,21 +11,13 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda/bwd_dispatch.h"
+#include "cuda/common/device.h"  // sm_count
 #include "cuda/common/bwd_rows.cuh"  // launch_preprocess, rows_vec_ok, ElementOf
 #include "cuda/sm90/bwd_kernel.cuh"
 #include "cuda/sm90/ready.h"
 #include "cuda/common/tile_order.h"
 
 namespace jax_flash::cuda::sm90 {
-
-// The current device's SM count, or 0 if CUDA cannot say.
-inline int device_sms() {
-  int dev = 0, sms = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-    return 0;
-  return sms;
-}
 
 // Deterministic mode, not causal: the stride between the first query tiles
 // of successive key-tile CTAs (the kernel's dq_rotate), or 0 for none. A CTA
@@ -38,7 +30,7 @@ inline int order_rotation(const BwdParams& p, int block_m, int block_n) {
   const int n_blocks = (p.seqlen_k + block_n - 1) / block_n;
   const int m_tiles = (p.seqlen_q + block_m - 1) / block_m;
   if (n_blocks < 2 || n_blocks > m_tiles) return 0;
-  return 2 * n_blocks <= device_sms() ? m_tiles / n_blocks : 0;
+  return 2 * n_blocks <= sm_count() ? m_tiles / n_blocks : 0;
 }
 
 // Atomic mode runs ordered (as deterministic mode does) where
@@ -49,7 +41,7 @@ inline int order_rotation(const BwdParams& p, int block_m, int block_n) {
 inline bool run_ordered(const BwdParams& p, int block_n) {
   if (p.deterministic) return true;
   if (!bwd_prefers_order(p)) return false;
-  const int sms = device_sms();
+  const int sms = sm_count();
   const int64_t ctas = int64_t((p.seqlen_k + block_n - 1) / block_n) * p.heads_kv * p.batch;
   return sms > 0 && ctas >= 8 * int64_t(sms);
 }

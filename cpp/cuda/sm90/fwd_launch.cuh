@@ -9,6 +9,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "cuda/common/device.h"  // sm_count
 #include "cuda/common/fwd_vector_ok.h"
 #include "cuda/common/tile_order.h"
 #include "cuda/common/variants.cuh"
@@ -27,16 +28,6 @@ using ElementOf = std::conditional_t<kDType == DType::kFloat16, cutlass::half_t,
 
 // TMA needs 16 B aligned bases and strides (head_dim in whole 16 B chunks).
 inline bool tma_ok(const FwdParams& p) { return fwd_vector_ok(p); }
-
-inline int sm_count() {
-  static std::atomic<int> cached[32] = {};
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 32) return 0;
-  int n = cached[dev].load(std::memory_order_relaxed);
-  if (n == 0 && cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess)
-    cached[dev].store(n, std::memory_order_relaxed);
-  return n;
-}
 
 // TF32 (Cfg::kTf32) takes the call's scratch: the tile counter and the
 // rounded K / transposed V copies (tf32_operands.cuh), made here first.
