@@ -249,45 +249,63 @@ __global__ void __launch_bounds__(128) decode_kernel(const KvcacheParams p) {
     const int64_t j0 = (blk_begin + it) * kBlockN;
     const uint32_t k_base = smem_addr(sK + stage * Cfg::kTileElems);
     const uint32_t v_base = smem_addr(sV + stage * Cfg::kTileElems);
+    // This warp's slices of the block (16 keys each: wn, wn + kWarpsN, ...)
+    // go through the softmax kPerUpdate at a time, so the row max, the
+    // correction and the rescale of O are paid once a group, not once a
+    // slice. d 256 keeps one slice an update: its registers are full.
+    constexpr int kSlices = kBlockN / 16 / kWarpsN;
+    constexpr int kPerUpdate = D <= 128 ? kSlices : 1;
+    // (d 256 walks its slices in a loop: unrolled, they spill.)
+    constexpr int kUnrollUpdates = D <= 128 ? kSlices / kPerUpdate : 1;
+#pragma unroll kUnrollUpdates
+    for (int u = 0; u < kSlices / kPerUpdate; ++u) {
+      float s[kPerUpdate][2][4];
 #pragma unroll
-    for (int sb = wn; sb < kBlockN / 16; sb += kWarpsN) {
-      // S = Q K^T for 16 rows x 16 keys.
-      float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+      for (int i = 0; i < kPerUpdate; ++i) {
+        const int sb = wn + (u * kPerUpdate + i) * kWarpsN;
+        // S = Q K^T for 16 rows x 16 keys.
 #pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        uint32_t bk[4];
-        ldmatrix_x4(bk, k_base + 2 * swz<D>(sb * 16 + lrow, 2 * kk + lchunk));
-        if constexpr (kQInRegs) {
-          mma_16816<Element>(s[0], qf[kk], bk[0], bk[2]);
-          mma_16816<Element>(s[1], qf[kk], bk[1], bk[3]);
-        } else {
-          uint32_t a[4];
-          ldmatrix_x4(a, q_base + 2 * swz<D>(wm * 16 + lrow, 2 * kk + lchunk));
-          mma_16816<Element>(s[0], a, bk[0], bk[2]);
-          mma_16816<Element>(s[1], a, bk[1], bk[3]);
+        for (int t = 0; t < 2; ++t) s[i][t][0] = s[i][t][1] = s[i][t][2] = s[i][t][3] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+          uint32_t bk[4];
+          ldmatrix_x4(bk, k_base + 2 * swz<D>(sb * 16 + lrow, 2 * kk + lchunk));
+          if constexpr (kQInRegs) {
+            mma_16816<Element>(s[i][0], qf[kk], bk[0], bk[2]);
+            mma_16816<Element>(s[i][1], qf[kk], bk[1], bk[3]);
+          } else {
+            uint32_t a[4];
+            ldmatrix_x4(a, q_base + 2 * swz<D>(wm * 16 + lrow, 2 * kk + lchunk));
+            mma_16816<Element>(s[i][0], a, bk[0], bk[2]);
+            mma_16816<Element>(s[i][1], a, bk[1], bk[3]);
+          }
+        }
+        // Logits in log2 units, masked to -inf.
+#pragma unroll
+        for (int t = 0; t < 2; ++t) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int h = e >> 1;
+            const int col = sb * 16 + t * 8 + 2 * (lane & 3) + (e & 1);
+            const int32_t j = int32_t(j0) + col;
+            float x = s[i][t][e];
+            x = softcap ? cap_out * tanhf(x * cap_in) : x * scale_log2;
+            if (slope[h] != 0.f) x -= slope[h] * float(pos[h] > j ? pos[h] - j : int64_t(j) - pos[h]);
+            // (Contiguous: kmax < L keeps the keys past the length out.)
+            const bool vis = (!kPaged || key_rows[col] >= 0) && j >= kmin[h] && j <= kmax[h];
+            s[i][t][e] = vis ? x : kNegInf;
+          }
         }
       }
-      // Logits in log2 units, masked to -inf.
-#pragma unroll
-      for (int t = 0; t < 2; ++t) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int h = e >> 1;
-          const int col = sb * 16 + t * 8 + 2 * (lane & 3) + (e & 1);
-          const int32_t j = int32_t(j0) + col;
-          float x = s[t][e];
-          x = softcap ? cap_out * tanhf(x * cap_in) : x * scale_log2;
-          if (slope[h] != 0.f) x -= slope[h] * float(pos[h] > j ? pos[h] - j : int64_t(j) - pos[h]);
-          // (Contiguous: kmax < L keeps the keys past the length out.)
-          const bool vis = (!kPaged || key_rows[col] >= 0) && j >= kmin[h] && j <= kmax[h];
-          s[t][e] = vis ? x : kNegInf;
-        }
-      }
-      // Online softmax over the 16 keys, per row.
+      // Online softmax over the warp's keys of this block, per row.
       float corr[2], m_use[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        float mx = fmaxf(fmaxf(s[0][2 * h], s[0][2 * h + 1]), fmaxf(s[1][2 * h], s[1][2 * h + 1]));
+        float mx = kNegInf;
+#pragma unroll
+        for (int i = 0; i < kPerUpdate; ++i)
+          mx = fmaxf(mx, fmaxf(fmaxf(s[i][0][2 * h], s[i][0][2 * h + 1]),
+                               fmaxf(s[i][1][2 * h], s[i][1][2 * h + 1])));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         const float m_new = fmaxf(m[h], mx);
@@ -296,28 +314,33 @@ __global__ void __launch_bounds__(128) decode_kernel(const KvcacheParams p) {
         m[h] = m_new;
         l[h] *= corr[h];
       }
-      float pr[2][4];
 #pragma unroll
-      for (int t = 0; t < 2; ++t)
+      for (int i = 0; i < kPerUpdate; ++i)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          pr[t][e] = exp2f(s[t][e] - m_use[e >> 1]);
-          l[e >> 1] += pr[t][e];
-        }
+        for (int t = 0; t < 2; ++t)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            s[i][t][e] = exp2f(s[i][t][e] - m_use[e >> 1]);
+            l[e >> 1] += s[i][t][e];
+          }
 #pragma unroll
       for (int t = 0; t < D / 8; ++t) {
         acc[t][0] *= corr[0]; acc[t][1] *= corr[0];
         acc[t][2] *= corr[1]; acc[t][3] *= corr[1];
       }
       // O += P V: the S accumulators are already P's A fragment layout.
-      uint32_t pa[4] = {pack2<Element>(pr[0][0], pr[0][1]), pack2<Element>(pr[0][2], pr[0][3]),
-                        pack2<Element>(pr[1][0], pr[1][1]), pack2<Element>(pr[1][2], pr[1][3])};
 #pragma unroll
-      for (int dd = 0; dd < D / 16; ++dd) {
-        uint32_t bv[4];
-        ldmatrix_x4_trans(bv, v_base + 2 * swz<D>(sb * 16 + lrow, 2 * dd + lchunk));
-        mma_16816<Element>(acc[2 * dd], pa, bv[0], bv[1]);
-        mma_16816<Element>(acc[2 * dd + 1], pa, bv[2], bv[3]);
+      for (int i = 0; i < kPerUpdate; ++i) {
+        const int sb = wn + (u * kPerUpdate + i) * kWarpsN;
+        const uint32_t pa[4] = {pack2<Element>(s[i][0][0], s[i][0][1]), pack2<Element>(s[i][0][2], s[i][0][3]),
+                                pack2<Element>(s[i][1][0], s[i][1][1]), pack2<Element>(s[i][1][2], s[i][1][3])};
+#pragma unroll
+        for (int dd = 0; dd < D / 16; ++dd) {
+          uint32_t bv[4];
+          ldmatrix_x4_trans(bv, v_base + 2 * swz<D>(sb * 16 + lrow, 2 * dd + lchunk));
+          mma_16816<Element>(acc[2 * dd], pa, bv[0], bv[1]);
+          mma_16816<Element>(acc[2 * dd + 1], pa, bv[2], bv[3]);
+        }
       }
     }
   }
