@@ -160,6 +160,18 @@ def num_splits(batch: int, seqlen_q: int, heads_q: int, heads_kv: int, head_dim:
     return best
 
 
+def _pairs_heads(seqlen_q: int, heads_q: int, heads_kv: int, head_dim: int) -> bool:
+    """Whether the CUDA kernel reads two kv heads of head_dim as one of twice
+    that (mirrors pairs_heads in cpp/cuda/decode/decode_launch.cu)."""
+    import os
+
+    env = os.environ.get("JAX_FLASH_DECODE_PAIR", "")  # EXPERIMENT ONLY
+    if env.startswith("0") or (env.startswith("6") and head_dim != 64):
+        return False
+    return (head_dim in (64, 128) and 2 * head_dim in _ffi.cuda_kvcache_head_dims()
+            and heads_kv % 2 == 0 and 2 * (heads_q // heads_kv) * seqlen_q <= 16)
+
+
 def _num_sms() -> int:
     try:
         dev = jax.devices("gpu")[0]
@@ -240,7 +252,10 @@ def kvcache_call(q, k_cache, v_cache, cache_seqlens, extras, bits, *, scale, mas
                  window_left=np.int64(mask.window_left), window_right=np.int64(mask.window_right),
                  softcap=np.float32(mask.softcap), optional_inputs=np.int64(bits),
                  query_offset=np.int64(query_offset))
-    gpu_splits = num_splits(batch, sq, hq, hkv, d, capacity, _num_sms())
+    if _pairs_heads(sq, hq, hkv, d):  # the kernel's view: half the kv heads, twice the dim
+        gpu_splits = num_splits(batch, sq, hq, hkv // 2, 2 * d, capacity, _num_sms())
+    else:
+        gpu_splits = num_splits(batch, sq, hq, hkv, d, capacity, _num_sms())
 
     def call(splits):
         floats = splits * batch * hq * sq * (d + 1) if splits > 1 else 1
