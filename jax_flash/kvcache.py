@@ -161,14 +161,9 @@ def num_splits(batch: int, seqlen_q: int, heads_q: int, heads_kv: int, head_dim:
 
 
 def _pairs_heads(seqlen_q: int, heads_q: int, heads_kv: int, head_dim: int) -> bool:
-    """Whether the CUDA kernel reads two kv heads of head_dim as one of twice
-    that (mirrors pairs_heads in cpp/cuda/decode/decode_launch.cu)."""
-    import os
-
-    env = os.environ.get("JAX_FLASH_DECODE_PAIR", "")  # EXPERIMENT ONLY
-    if env.startswith("0") or (env.startswith("6") and head_dim != 64):
-        return False
-    return (head_dim in (64, 128) and 2 * head_dim in _ffi.cuda_kvcache_head_dims()
+    """Whether the CUDA kernel runs two d64 kv heads as one of d128 (mirrors
+    pairs_heads in cpp/cuda/decode/decode_launch.cu)."""
+    return (head_dim == 64 and 128 in _ffi.cuda_kvcache_head_dims()
             and heads_kv % 2 == 0 and 2 * (heads_q // heads_kv) * seqlen_q <= 16)
 
 

@@ -151,9 +151,8 @@ def test_options_match_reference(opts):
            alibi=opts.get("alibi_slopes"))
 
 
-def _paired_dims():
-    dims = _built_dims()
-    return [d for d in dims if d < 256 and 2 * d in dims]
+def _paired_dims():  # d64 kv heads pair up on the d128 kernel
+    return [64] if {64, 128} <= set(_built_dims()) else []
 
 
 @pytest.mark.parametrize("d", _paired_dims())
@@ -170,9 +169,9 @@ def _paired_dims():
     dict(causal=False, page_size=16),
 ])
 def test_paired_heads_match_reference(monkeypatch, d, b, sq, hq, hkv, lens, opts):
-    """Two kv heads read as one of twice the head dim (d 64 / 128 at one row
-    tile): each q row must still see only its own kv head, with its own
-    ALiBi slope, in one split and in many, contiguous and paged."""
+    """Two d64 kv heads run as one d128 head (at one row tile): each q row
+    must still see only its own kv head, with its own ALiBi slope, in one
+    split and in many, contiguous and paged."""
     dtype = _built_dtypes()[0]
     cap = 2048
     rng, q, kc, vc, _, _ = _inputs(d + hq + sq, b, sq, hq, hkv, d, cap, dtype)

@@ -8,7 +8,7 @@
 
 namespace jax_flash::cuda::decode {
 
-// kPair (D 128 / 256): two kv heads of D / 2 read as one (decode_kernel.cuh).
+// kPair (D 128 only): two kv heads of 64 read as one (decode_kernel.cuh).
 template <class Element, int D, bool kPair>
 cudaError_t launch_decode(const KvcacheParams& p, cudaStream_t stream);
 

@@ -2,4 +2,3 @@
 #include "cuda/decode/decode_launch_template.cuh"
 
 JAX_FLASH_DECODE_INSTANTIATE(__nv_bfloat16, 256, false)
-JAX_FLASH_DECODE_INSTANTIATE(__nv_bfloat16, 256, true)  // paired d 128 heads

@@ -11,10 +11,10 @@
 //     softmax, and the warps' (m, l, o) merge through shared memory at the end;
 //   - QK^T and PV on tensor cores (m16n8k16, float32 accumulation), K/V tiles
 //     in shared memory with an XOR swizzle so ldmatrix is conflict-free;
-//   - paired heads (kPair, d 64 / 128 at one 16-row tile): two neighbouring
-//     kv heads of head dim D / 2 read as one head of D, so a CTA reads 2x
-//     longer contiguous runs of each cache row; each q row sits in its kv
-//     head's half of a zero-padded Q row, so S and O stay per head;
+//   - paired heads (kPair: d 64 at one 16-row tile): two neighbouring kv
+//     heads run as one head of 128, so a CTA reads 256 contiguous bytes of a
+//     cache row instead of 128; each q row sits in its kv head's half of a
+//     zero-padded Q row, so S and O stay per head;
 //   - paged caches (their own instantiation): a row table in shared memory
 //     holds each key's cache row (-1: past the length or in an out-of-range
 //     page, zero-filled and masked, never read), filled one block ahead by one
@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(128) decode_kernel(const KvcacheParams p) {
   constexpr int D = Cfg::kChunks * 8;
   // Head dim of q and o: paired heads fill half of each D-wide row.
   constexpr int DQ = kPair ? D / 2 : D;
-  static_assert(!kPair || (D >= 128 && Cfg::kBlockM == 16), "paired heads: one row tile");
+  static_assert(!kPair || (D == 128 && Cfg::kBlockM == 16), "paired d 64 heads: one row tile");
   constexpr int kBlockM = Cfg::kBlockM, kWarpsN = Cfg::kWarpsN, kStages = Cfg::kStages;
   constexpr int WM = kBlockM / 16;
   constexpr float kLog2e = 1.4426950408889634f;

@@ -4,7 +4,6 @@
 #include <cuda_fp16.h>
 
 #include <cmath>
-#include <cstdlib>
 
 #include "cuda/common/device.h"  // device_attribute
 #include "cuda/common/dtypes.h"
@@ -137,16 +136,13 @@ using ElementOf = std::conditional_t<t == DType::kBFloat16, __nv_bfloat16, __hal
 // Compute capability >= 9.0 on the current device (PDL).
 bool pdl_supported() { return device_attribute(cudaDevAttrComputeCapabilityMajor) >= 9; }
 
-// Paired heads (decode_kernel.cuh): two kv heads of D run as one of 2 D
-// where the build has that kernel, the kv heads pair up and the group's rows
-// fit one 16-row tile twice. Measured at one query: see benchmarks/NOTES.md,
-// Open questions, Decode. jax_flash/kvcache.py _pairs_heads mirrors it.
-template <int D>
-bool pairs_heads(const KvcacheParams& p) {
-  const char* env = std::getenv("JAX_FLASH_DECODE_PAIR");  // EXPERIMENT ONLY
-  if (env && (env[0] == '0' || (env[0] == '6' && D != 64))) return false;
-  return decode_hdim_compiled<2 * D>() && p.heads_kv % 2 == 0 &&
-         2 * p.group_size() * p.seqlen_q <= 16;
+// Paired heads (decode_kernel.cuh): two d 64 kv heads run as one of 128
+// when the kv heads pair up and the pair's rows fit one 16-row tile (H100,
+// one query: +3.5%; pairing d 128 heads on the d 256 kernel gained nothing,
+// see benchmarks/NOTES.md, Open questions, Decode). The caller checks that
+// the build has the d 128 kernel. jax_flash/kvcache.py _pairs_heads mirrors it.
+inline bool pairs_heads(const KvcacheParams& p) {
+  return p.head_dim == 64 && p.heads_kv % 2 == 0 && 2 * p.group_size() * p.seqlen_q <= 16;
 }
 
 template <class Element, int D>
@@ -155,12 +151,12 @@ cudaError_t run_typed(const KvcacheParams& p, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   } else {
     cudaError_t err;
-    if constexpr (D < 256 && decode_hdim_compiled<2 * D>()) {
-      if (pairs_heads<D>(p)) {
+    if constexpr (D == 64 && decode_hdim_compiled<128>()) {
+      if (pairs_heads(p)) {
         KvcacheParams pair = p;
         pair.heads_kv = p.heads_kv / 2;
-        pair.head_dim = 2 * D;
-        err = launch_decode<Element, 2 * D, true>(pair, stream);
+        pair.head_dim = 128;
+        err = launch_decode<Element, 128, true>(pair, stream);
       } else {
         err = launch_decode<Element, D, false>(p, stream);
       }

@@ -63,7 +63,8 @@ static cudaError_t launch_paging(const KvcacheParams& p, cudaStream_t stream) {
                    : launch_rows<Element, D, Stages, false, kPair>(p, stream);
 }
 
-// kPair: p describes the paired view (heads_kv halved, head_dim doubled).
+// kPair (D 128): p describes the paired view of d 64 heads (heads_kv halved,
+// head_dim doubled).
 template <class Element, int D, bool kPair>
 cudaError_t launch_decode(const KvcacheParams& p, cudaStream_t stream) {
   if constexpr (D == 256) {
