@@ -160,6 +160,13 @@ def num_splits(batch: int, seqlen_q: int, heads_q: int, heads_kv: int, head_dim:
     return best
 
 
+def _pairs_heads(seqlen_q: int, heads_q: int, heads_kv: int, head_dim: int) -> bool:
+    """Whether the CUDA kernel runs two d64 kv heads as one of d128 (mirrors
+    pairs_heads in cpp/cuda/decode/decode_launch.cu)."""
+    return (head_dim == 64 and 128 in _ffi.cuda_kvcache_head_dims()
+            and heads_kv % 2 == 0 and 2 * (heads_q // heads_kv) * seqlen_q <= 16)
+
+
 def _num_sms() -> int:
     try:
         dev = jax.devices("gpu")[0]
@@ -240,7 +247,10 @@ def kvcache_call(q, k_cache, v_cache, cache_seqlens, extras, bits, *, scale, mas
                  window_left=np.int64(mask.window_left), window_right=np.int64(mask.window_right),
                  softcap=np.float32(mask.softcap), optional_inputs=np.int64(bits),
                  query_offset=np.int64(query_offset))
-    gpu_splits = num_splits(batch, sq, hq, hkv, d, capacity, _num_sms())
+    if _pairs_heads(sq, hq, hkv, d):  # the kernel's view: half the kv heads, twice the dim
+        gpu_splits = num_splits(batch, sq, hq, hkv // 2, 2 * d, capacity, _num_sms())
+    else:
+        gpu_splits = num_splits(batch, sq, hq, hkv, d, capacity, _num_sms())
 
     def call(splits):
         floats = splits * batch * hq * sq * (d + 1) if splits > 1 else 1

@@ -151,6 +151,50 @@ def test_options_match_reference(opts):
            alibi=opts.get("alibi_slopes"))
 
 
+def _paired_dims():  # d64 kv heads pair up on the d128 kernel
+    return [64] if {64, 128} <= set(_built_dims()) else []
+
+
+@pytest.mark.parametrize("d", _paired_dims())
+@pytest.mark.parametrize("b,sq,hq,hkv,lens", [
+    (3, 1, 16, 4, [1800, 1, 999]),  # GQA 4: 4 rows a head, 8 a pair
+    (2, 2, 8, 2, [1024, 77]),       # 16 rows a pair: the largest paired tile
+    (1, 1, 6, 6, [1500]),           # MHA: three pairs of one row each
+    (2, 3, 6, 3, [900, 400]),       # odd kv heads: not paired, same answer
+])
+@pytest.mark.parametrize("opts", [
+    dict(),
+    dict(alibi_slopes=True, splits="1"),
+    dict(local_window_size=200, logits_soft_cap=5.0),
+    dict(causal=False, page_size=16),
+])
+def test_paired_heads_match_reference(monkeypatch, d, b, sq, hq, hkv, lens, opts):
+    """Two d64 kv heads run as one d128 head (at one row tile): each q row
+    must still see only its own kv head, with its own ALiBi slope, in one
+    split and in many, contiguous and paged."""
+    dtype = _built_dtypes()[0]
+    cap = 2048
+    rng, q, kc, vc, _, _ = _inputs(d + hq + sq, b, sq, hq, hkv, d, cap, dtype)
+    lens = jnp.asarray(lens, jnp.int32)
+    opts = dict(opts)
+    if opts.pop("alibi_slopes", None):
+        opts["alibi_slopes"] = jnp.asarray(rng.uniform(0.001, 0.05, hq), jnp.float32)
+    monkeypatch.setenv("JAX_FLASH_DECODE_SPLITS", opts.pop("splits", "5"))
+    page_size = opts.pop("page_size", None)
+    kw = {}
+    if page_size:
+        kp, pt = to_paged(np.asarray(kc), page_size, rng)
+        vp = paged_with_table(np.asarray(vc), pt, page_size, kp)
+        kw = dict(page_table=jnp.asarray(pt))
+        o, lse = jax_flash.attention_with_kvcache(q, jnp.asarray(kp), jnp.asarray(vp), lens,
+                                                  return_lse=True, **kw, **opts)
+    else:
+        o, lse = jax_flash.attention_with_kvcache(q, kc, vc, lens, return_lse=True, **opts)
+    _check(o, q, kc, vc, lens, dtype, lse=lse, causal=opts.get("causal", True),
+           window=opts.get("local_window_size"), softcap=opts.get("logits_soft_cap"),
+           alibi=opts.get("alibi_slopes"))
+
+
 def test_out_of_range_page_ids_are_masked():
     dtype, d = _built_dtypes()[0], _built_dims()[0]
     b, sq, hq, hkv, ps = 2, 1, 4, 1, 16

@@ -8,7 +8,8 @@
 
 namespace jax_flash::cuda::decode {
 
-template <class Element, int D>
+// kPair (D 128 only): two kv heads of 64 read as one (decode_kernel.cuh).
+template <class Element, int D, bool kPair>
 cudaError_t launch_decode(const KvcacheParams& p, cudaStream_t stream);
 
 }  // namespace jax_flash::cuda::decode

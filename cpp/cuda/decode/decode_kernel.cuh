@@ -11,6 +11,10 @@
 //     softmax, and the warps' (m, l, o) merge through shared memory at the end;
 //   - QK^T and PV on tensor cores (m16n8k16, float32 accumulation), K/V tiles
 //     in shared memory with an XOR swizzle so ldmatrix is conflict-free;
+//   - paired heads (kPair: d 64 at one 16-row tile): two neighbouring kv
+//     heads run as one head of 128, so a CTA reads 256 contiguous bytes of a
+//     cache row instead of 128; each q row sits in its kv head's half of a
+//     zero-padded Q row, so S and O stay per head;
 //   - paged caches (their own instantiation): a row table in shared memory
 //     holds each key's cache row (-1: past the length or in an out-of-range
 //     page, zero-filled and masked, never read), filled one block ahead by one
@@ -62,10 +66,13 @@ __device__ __forceinline__ int swz(int r, int c) {
   return r * D + ((c ^ (r & 7)) << 3);
 }
 
-template <class Cfg, bool kPaged>
+template <class Cfg, bool kPaged, bool kPair>
 __global__ void __launch_bounds__(128) decode_kernel(const KvcacheParams p) {
   using Element = typename Cfg::Element;
   constexpr int D = Cfg::kChunks * 8;
+  // Head dim of q and o: paired heads fill half of each D-wide row.
+  constexpr int DQ = kPair ? D / 2 : D;
+  static_assert(!kPair || (D == 128 && Cfg::kBlockM == 16), "paired d 64 heads: one row tile");
   constexpr int kBlockM = Cfg::kBlockM, kWarpsN = Cfg::kWarpsN, kStages = Cfg::kStages;
   constexpr int WM = kBlockM / 16;
   constexpr float kLog2e = 1.4426950408889634f;
@@ -101,12 +108,19 @@ __global__ void __launch_bounds__(128) decode_kernel(const KvcacheParams p) {
   const Element* vc = static_cast<const Element*>(p.v_cache);
 
   // Q rows of this CTA (zero rows past the group), in cp.async group 0.
+  // Paired: q heads [0, G / 2) of the group belong to the first kv head and
+  // fill the row's first half; the rest the second half.
   for (int idx = tid; idx < kBlockM * Cfg::kChunks; idx += Cfg::kThreads) {
     const int r = idx / Cfg::kChunks, c = idx % Cfg::kChunks;
     const int gr = mb * kBlockM + r;
-    const bool ok = gr < rows;
+    bool ok = gr < rows;
     const int g = ok ? gr / sq : 0, i = ok ? gr % sq : 0;
-    const Element* src = q + ((int64_t(b) * sq + i) * p.heads_q + hk * G + g) * D + c * 8;
+    int cq = c;
+    if constexpr (kPair) {
+      ok = ok && c / (Cfg::kChunks / 2) == 2 * g / G;
+      cq = c % (Cfg::kChunks / 2);
+    }
+    const Element* src = q + ((int64_t(b) * sq + i) * p.heads_q + hk * G + g) * DQ + cq * 8;
     cp_async_16(smem_addr(sQ + swz<D>(r, c)), ok ? src : q, ok);
   }
 
@@ -382,6 +396,10 @@ __global__ void __launch_bounds__(128) decode_kernel(const KvcacheParams p) {
     const int r = idx / (D / 4), c4 = idx % (D / 4);
     const int gr = mb * kBlockM + r;
     if (gr >= rows) continue;
+    const int g = gr / sq, i = gr % sq, h = hk * G + g;
+    // Paired: only the row's own head half is output; oc4 its column there.
+    if (kPair && c4 / (DQ / 4) != 2 * g / G) continue;
+    const int oc4 = kPair ? c4 % (DQ / 4) : c4;
     float mx = kNegInf;
 #pragma unroll
     for (int w = 0; w < kWarpsN; ++w) mx = fmaxf(mx, sML[(w * kBlockM + r) * 2]);
@@ -399,17 +417,16 @@ __global__ void __launch_bounds__(128) decode_kernel(const KvcacheParams p) {
     const float inv = lsum > 0.f ? 1.f / lsum : 0.f;
     o.x *= inv; o.y *= inv; o.z *= inv; o.w *= inv;
     const float lse = lsum > 0.f ? (mx + __log2f(lsum)) * 0.6931471805599453f : kNegInf;
-    const int g = gr / sq, i = gr % sq, h = hk * G + g;
     const int64_t row = (int64_t(b) * p.heads_q + h) * sq + i;  // lse layout
     if (p.num_splits == 1) {
-      Element* dst = static_cast<Element*>(p.o) + ((int64_t(b) * sq + i) * p.heads_q + h) * D + c4 * 4;
+      Element* dst = static_cast<Element*>(p.o) + ((int64_t(b) * sq + i) * p.heads_q + h) * DQ + oc4 * 4;
       const uint32_t lo2 = pack2<Element>(o.x, o.y), hi2 = pack2<Element>(o.z, o.w);
       *reinterpret_cast<uint2*>(dst) = make_uint2(lo2, hi2);
-      if (c4 == 0) p.lse[row] = lse;
+      if (oc4 == 0) p.lse[row] = lse;
     } else {
       const int64_t prow = int64_t(split) * part_rows + row;
-      *reinterpret_cast<float4*>(p.o_partial + prow * D + c4 * 4) = o;
-      if (c4 == 0) p.lse_partial[prow] = lse;
+      *reinterpret_cast<float4*>(p.o_partial + prow * DQ + oc4 * 4) = o;
+      if (oc4 == 0) p.lse_partial[prow] = lse;
     }
   }
 }

@@ -136,12 +136,33 @@ using ElementOf = std::conditional_t<t == DType::kBFloat16, __nv_bfloat16, __hal
 // Compute capability >= 9.0 on the current device (PDL).
 bool pdl_supported() { return device_attribute(cudaDevAttrComputeCapabilityMajor) >= 9; }
 
+// Paired heads (decode_kernel.cuh): two d 64 kv heads run as one of 128
+// when the kv heads pair up and the pair's rows fit one 16-row tile (H100,
+// one query: +3.5%; pairing d 128 heads on the d 256 kernel gained nothing,
+// see benchmarks/NOTES.md, Open questions, Decode). The caller checks that
+// the build has the d 128 kernel. jax_flash/kvcache.py _pairs_heads mirrors it.
+inline bool pairs_heads(const KvcacheParams& p) {
+  return p.head_dim == 64 && p.heads_kv % 2 == 0 && 2 * p.group_size() * p.seqlen_q <= 16;
+}
+
 template <class Element, int D>
 cudaError_t run_typed(const KvcacheParams& p, cudaStream_t stream) {
   if constexpr (!decode_hdim_compiled<D>()) {
     return cudaErrorInvalidValue;
   } else {
-    cudaError_t err = launch_decode<Element, D>(p, stream);
+    cudaError_t err;
+    if constexpr (D == 64 && decode_hdim_compiled<128>()) {
+      if (pairs_heads(p)) {
+        KvcacheParams pair = p;
+        pair.heads_kv = p.heads_kv / 2;
+        pair.head_dim = 128;
+        err = launch_decode<Element, 128, true>(pair, stream);
+      } else {
+        err = launch_decode<Element, D, false>(p, stream);
+      }
+    } else {
+      err = launch_decode<Element, D, false>(p, stream);
+    }
     if (err != cudaSuccess || p.num_splits == 1) return err;
     const int64_t blocks = int64_t(p.batch) * p.heads_q * p.seqlen_q;  // a CTA a row
     if (blocks > INT32_MAX) return cudaErrorInvalidConfiguration;

@@ -18,10 +18,10 @@ inline int warps_m(int rows) { return rows <= 16 ? 1 : (rows <= 32 ? 2 : 4); }
 
 // `static`: every unit keeps its own once-per-device record (its kernels'
 // host stubs are local to it).
-template <class Cfg, bool kPaged>
+template <class Cfg, bool kPaged, bool kPair>
 static cudaError_t launch_cfg(const KvcacheParams& p, cudaStream_t stream) {
   static std::atomic<unsigned long long> done_mask{0};
-  auto kernel = decode_kernel<Cfg, kPaged>;
+  auto kernel = decode_kernel<Cfg, kPaged, kPair>;
   int dev = 0;
   cudaError_t err = cudaGetDevice(&dev);
   if (err != cudaSuccess) return err;
@@ -43,37 +43,42 @@ static cudaError_t launch_cfg(const KvcacheParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-template <class Element, int D, int Stages, bool kPaged>
+template <class Element, int D, int Stages, bool kPaged, bool kPair>
 static cudaError_t launch_rows(const KvcacheParams& p, cudaStream_t stream) {
+  if constexpr (kPair) {  // paired heads: one 16-row tile (run_typed's rule)
+    return launch_cfg<DecodeConfig<Element, D, 1, Stages>, kPaged, true>(p, stream);
+  }
   switch (warps_m(p.group_size() * p.seqlen_q)) {
-    case 1: return launch_cfg<DecodeConfig<Element, D, 1, Stages>, kPaged>(p, stream);
-    case 2: return launch_cfg<DecodeConfig<Element, D, 2, Stages>, kPaged>(p, stream);
-    default: return launch_cfg<DecodeConfig<Element, D, 4, Stages>, kPaged>(p, stream);
+    case 1: return launch_cfg<DecodeConfig<Element, D, 1, Stages>, kPaged, false>(p, stream);
+    case 2: return launch_cfg<DecodeConfig<Element, D, 2, Stages>, kPaged, false>(p, stream);
+    default: return launch_cfg<DecodeConfig<Element, D, 4, Stages>, kPaged, false>(p, stream);
   }
 }
 
 // Paged and contiguous caches get their own kernels (the page walk stays out
 // of the contiguous one).
-template <class Element, int D, int Stages>
+template <class Element, int D, int Stages, bool kPair>
 static cudaError_t launch_paging(const KvcacheParams& p, cudaStream_t stream) {
-  return p.paged() ? launch_rows<Element, D, Stages, true>(p, stream)
-                   : launch_rows<Element, D, Stages, false>(p, stream);
+  return p.paged() ? launch_rows<Element, D, Stages, true, kPair>(p, stream)
+                   : launch_rows<Element, D, Stages, false, kPair>(p, stream);
 }
 
-template <class Element, int D>
+// kPair (D 128): p describes the paired view of d 64 heads (heads_kv halved,
+// head_dim doubled).
+template <class Element, int D, bool kPair>
 cudaError_t launch_decode(const KvcacheParams& p, cudaStream_t stream) {
   if constexpr (D == 256) {
     // A third 64 KB stage where it fits: one CTA an SM, so the stages are all
     // the loads it has in flight.
     constexpr int kSmem3 = DecodeConfig<Element, D, 4, 3>::kSmem;
     if (device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin) >= kSmem3)
-      return launch_paging<Element, D, 3>(p, stream);
+      return launch_paging<Element, D, 3, kPair>(p, stream);
   }
-  return launch_paging<Element, D, DecodeConfig<Element, D, 1>::kStages>(p, stream);
+  return launch_paging<Element, D, DecodeConfig<Element, D, 1>::kStages, kPair>(p, stream);
 }
 
 }  // namespace jax_flash::cuda::decode
 
-#define JAX_FLASH_DECODE_INSTANTIATE(Element, D)                             \
-  template cudaError_t jax_flash::cuda::decode::launch_decode<Element, D>( \
+#define JAX_FLASH_DECODE_INSTANTIATE(Element, D, kPair)                            \
+  template cudaError_t jax_flash::cuda::decode::launch_decode<Element, D, kPair>( \
       const jax_flash::KvcacheParams&, cudaStream_t);
