@@ -132,8 +132,17 @@ __global__ void __launch_bounds__(128) decode_kernel(const KvcacheParams p) {
   // pages per row and per thread, which cost the issue-bound 16-query kernel
   // 12% over the contiguous cache (H100, ncu: +12.5% instructions).
   constexpr int kRowSlots = Cfg::kRowSlots;
+  // Each thread copies one 16-byte chunk column of kPasses rows a stage:
+  // rows lr, lr + kRowsPerPass, ... (one swizzle phase, so constant smem
+  // offsets). Their table entries sit side by side (key r at
+  // (r % kRowsPerPass) * kPasses + r / kRowsPerPass), read as int4s.
+  constexpr int kRowsPerPass = Cfg::kThreads / Cfg::kChunks;
+  constexpr int kPasses = kBlockN / kRowsPerPass;
+  static_assert(kPasses % 4 == 0, "int4 table reads");
   static_assert(Cfg::kThreads == 2 * kBlockN, "two row-table groups");
   const int trow = tid % kBlockN, tgrp = tid / kBlockN;
+  auto table_index = [](int key) { return (key % kRowsPerPass) * kPasses + key / kRowsPerPass; };
+  const int table_slot = table_index(trow);
   const int32_t* page_row = kPaged ? p.page_table + int64_t(b) * p.pages_per_seq : nullptr;
   const uint32_t page_size = uint32_t(p.cache_rows);
   const int32_t contig_base = int32_t(int64_t(b) * p.cache_rows);
@@ -155,26 +164,35 @@ __global__ void __launch_bounds__(128) decode_kernel(const KvcacheParams p) {
   auto fill_rows = [&](int n, int32_t pid, uint32_t rem) {
     const int32_t j = key0 + n * kBlockN;
     const bool ok = j < len && pid >= 0 && pid < p.num_pages;
-    sRow[(n % kRowSlots) * kBlockN + trow] = ok ? int32_t(uint32_t(pid) * page_size + rem) : -1;
+    sRow[(n % kRowSlots) * kBlockN + table_slot] = ok ? int32_t(uint32_t(pid) * page_size + rem) : -1;
   };
 
-  // Each thread copies one 16-byte chunk column of kPasses rows a stage.
-  constexpr int kRowsPerPass = Cfg::kThreads / Cfg::kChunks;
-  constexpr int kPasses = kBlockN / kRowsPerPass;
   const int lc = tid % Cfg::kChunks, lr = tid / Cfg::kChunks;
   const int64_t row_stride = p.row_stride();
   const Element* kc_col = kc + int64_t(hk) * D + lc * 8;
   const Element* vc_col = vc + int64_t(hk) * D + lc * 8;
   auto load_block = [&](int stage, int n) {
-    const int32_t* key_rows = sRow + (n % kRowSlots) * kBlockN;
     Element* dk = sK + stage * Cfg::kTileElems;
     Element* dv = sV + stage * Cfg::kTileElems;
     const int32_t j0 = key0 - trow + n * kBlockN;
+    // (Paged) the thread's kPasses table entries, side by side (table_slot),
+    // all read before the first copy: a table read after a cp.async waits
+    // for it (both touch shared memory), which serialised the passes (ncu,
+    // 16 queries: the top short-scoreboard stalls, ~5% of the kernel).
+    int32_t rows_of[kPaged ? kPasses : 1];
+    if constexpr (kPaged) {
+      const int4* src = reinterpret_cast<const int4*>(sRow + (n % kRowSlots) * kBlockN + lr * kPasses);
+#pragma unroll
+      for (int v = 0; v < kPasses / 4; ++v) {
+        const int4 x = src[v];
+        rows_of[4 * v] = x.x; rows_of[4 * v + 1] = x.y; rows_of[4 * v + 2] = x.z; rows_of[4 * v + 3] = x.w;
+      }
+    }
 #pragma unroll
     for (int k = 0; k < kPasses; ++k) {
       const int r = lr + k * kRowsPerPass;
       int32_t cache_row;
-      if constexpr (kPaged) cache_row = key_rows[r];
+      if constexpr (kPaged) cache_row = rows_of[k];
       else cache_row = j0 + r < len ? contig_base + j0 + r : -1;
       const bool ok = cache_row >= 0;
       const int64_t off = int64_t(cache_row) * row_stride;
@@ -306,7 +324,7 @@ __global__ void __launch_bounds__(128) decode_kernel(const KvcacheParams p) {
             x = softcap ? cap_out * tanhf(x * cap_in) : x * scale_log2;
             if (slope[h] != 0.f) x -= slope[h] * float(pos[h] > j ? pos[h] - j : int64_t(j) - pos[h]);
             // (Contiguous: kmax < L keeps the keys past the length out.)
-            const bool vis = (!kPaged || key_rows[col] >= 0) && j >= kmin[h] && j <= kmax[h];
+            const bool vis = (!kPaged || key_rows[table_index(col)] >= 0) && j >= kmin[h] && j <= kmax[h];
             s[i][t][e] = vis ? x : kNegInf;
           }
         }
