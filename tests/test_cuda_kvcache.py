@@ -70,10 +70,11 @@ def test_contiguous_matches_reference(dtype, d, b, sq, hq, hkv, cap, lens):
 
 
 @pytest.mark.parametrize("dtype", _built_dtypes())
+@pytest.mark.parametrize("d", _built_dims())
 @pytest.mark.parametrize("page_size", [16, 64, 256])
-def test_paged_equals_contiguous_random_pages(dtype, page_size):
-    d = _built_dims()[0]
-    b, sq, hq, hkv, cap = 3, 2, 8, 2, 8 * page_size
+@pytest.mark.parametrize("sq", [2, 16])  # one row warp (d64: paired heads) / four
+def test_paged_equals_contiguous_random_pages(dtype, d, page_size, sq):
+    b, hq, hkv, cap = 3, 8, 2, 8 * page_size
     rng, q, kc, vc, _, _ = _inputs(page_size, b, sq, hq, hkv, d, cap, dtype)
     lens = jnp.asarray([cap - 2, 0, page_size + 5], jnp.int32)
     kp, pt = to_paged(np.asarray(kc), page_size, rng)
