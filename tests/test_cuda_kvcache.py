@@ -136,6 +136,7 @@ def test_append_and_donation(paged):
     dict(local_window_size=(300, 0), causal=False),
     dict(logits_soft_cap=5.0),
     dict(alibi_slopes=True),
+    dict(alibi_slopes=True, causal=False),  # distances on both sides of the query
     dict(causal=False),
 ])
 def test_options_match_reference(opts):
