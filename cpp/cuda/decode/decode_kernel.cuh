@@ -88,7 +88,8 @@ __global__ void __launch_bounds__(128) decode_kernel(const KvcacheParams p) {
   const int hk = blockIdx.y % p.heads_kv, mb = blockIdx.y / p.heads_kv;
   const int b = blockIdx.z;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  // (tid < 128: with one key warp, wn is 0; said so, index math folds.)
+  // With one key warp wn is 0 (tid < 128); said outright, the row-table index
+  // math folds to constants (else the 16-query paged kernel spilled).
   const int wm = warp % WM, wn = kWarpsN == 1 ? 0 : warp / WM;
   const int G = p.group_size(), sq = p.seqlen_q, rows = G * sq;
   const int64_t L = p.length(b), pos0 = p.query_start(b);
@@ -281,10 +282,11 @@ __global__ void __launch_bounds__(128) decode_kernel(const KvcacheParams p) {
     const int32_t* key_rows = sRow + int(it) % kRowSlots * kBlockN;
     const int64_t j0 = (blk_begin + it) * kBlockN;
     // ALiBi distances as floats: pos - key = rel - (a constant of the
-    // unrolled loops), rel once a row a block. Branch-free and without an
-    // integer conversion an element: a test of the slope there compiled to a
-    // branch region an element (ncu, 16 queries: branch and convergence
-    // instructions ~16% of the stall samples, ALiBi or not).
+    // unrolled loops), rel once a row a block (exact below 2^24 positions).
+    // Branch-free and without an integer conversion an element: a test of
+    // the slope there compiled to a branch region an element (ncu, 16
+    // queries: branch and convergence instructions ~16% of the stall
+    // samples, ALiBi or not).
     float rel[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) rel[h] = float(pos[h] - j0 - 2 * (lane & 3) - wn * 16);
