@@ -120,7 +120,7 @@ for stage in $stages; do
       echo "memcheck decode rc=$?" | tee -a "$OUT/summary.txt"
       ;;
     bench-decode)  # results/h100_decode.json
-      timeout ${BENCH_TIMEOUT:-300} python3 -P benchmarks/bench_decode.py --dtypes "${BENCH_DTYPES:-bfloat16}" \
+      timeout ${BENCH_TIMEOUT:-300} python3 -P benchmarks/bench_decode.py --dtypes "${BENCH_DTYPES:-bfloat16}" --runs 2 \
         ${SPLIT_SWEEP:+--split-sweep $SPLIT_SWEEP} --out "$OUT/h100_decode.json" 2>&1 | tee "$OUT/bench_decode.log"
       ;;
     bench-generate)  # results/h100_generate.json

@@ -21,6 +21,7 @@ def _run(script, *args, cwd):
 
 
 @pytest.mark.parametrize("script", ["bench_attention.py", "bench_variants.py", "bench_ring.py",
+                                    "bench_decode.py", "bench_generate.py",
                                     "prof_packed.py", "prof_options.py", "schedule_model.py"])
 def test_benchmark_script_starts_under_python_dash_p(script, tmp_path):
     out = _run(script, "--help", cwd=tmp_path)

@@ -257,19 +257,26 @@ def test_num_splits_fill_the_sms():
 
 
 def test_bench_decode_runs_on_cpu(tmp_path):
+    """Two runs (--runs 2, as the README's figures): records of both, and a
+    last table with each point's best."""
     import json
     import pathlib
     import subprocess
     import sys
 
     script = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "bench_decode.py"
-    out = subprocess.run([sys.executable, "-P", str(script), "--shapes", "quick", "--time", "0.01",
+    out = subprocess.run([sys.executable, "-P", str(script), "--shapes", "quick", "--time", "0.01", "--runs", "2",
                           "--impls", "jax_flash,jax_flash_paged,xla", "--out", str(tmp_path / "d.json")],
                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     recs = json.loads((tmp_path / "d.json").read_text())
     assert {r["impl"] for r in recs} == {"jax_flash", "jax_flash_paged16", "jax_flash_paged256", "xla"}
+    assert {r["run"] for r in recs} == {1, 2}
     assert all(r["gbps"] > 0 for r in recs)
+    best = [ln for ln in out.stdout.split("best of 2 runs\n")[1].splitlines() if ln.startswith("b=")]
+    assert len(best) == 2, out.stdout
+    flash = [r["gbps"] for r in recs if r["impl"] == "jax_flash" and r["seqlen_k"] == 2048]
+    assert len(flash) == 2 and f"jax_flash={max(flash):7.0f}" in best[0], (best[0], flash)
 
 
 @pytest.mark.parametrize("paged", [False, True])
