@@ -247,10 +247,9 @@ def kvcache_call(q, k_cache, v_cache, cache_seqlens, extras, bits, *, scale, mas
                  window_left=np.int64(mask.window_left), window_right=np.int64(mask.window_right),
                  softcap=np.float32(mask.softcap), optional_inputs=np.int64(bits),
                  query_offset=np.int64(query_offset))
-    if _pairs_heads(sq, hq, hkv, d):  # the kernel's view: half the kv heads, twice the dim
-        gpu_splits = num_splits(batch, sq, hq, hkv // 2, 2 * d, capacity, _num_sms())
-    else:
-        gpu_splits = num_splits(batch, sq, hq, hkv, d, capacity, _num_sms())
+    # Paired heads: the kernel sees half the kv heads at twice the head dim.
+    kv_view = (hkv // 2, 2 * d) if _pairs_heads(sq, hq, hkv, d) else (hkv, d)
+    gpu_splits = num_splits(batch, sq, hq, *kv_view, capacity, _num_sms())
 
     def call(splits):
         floats = splits * batch * hq * sq * (d + 1) if splits > 1 else 1

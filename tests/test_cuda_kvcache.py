@@ -183,13 +183,11 @@ def test_paired_heads_match_reference(monkeypatch, d, b, sq, hq, hkv, lens, opts
         opts["alibi_slopes"] = jnp.asarray(rng.uniform(0.001, 0.05, hq), jnp.float32)
     monkeypatch.setenv("JAX_FLASH_DECODE_SPLITS", opts.pop("splits", "5"))
     page_size = opts.pop("page_size", None)
-    kw = {}
     if page_size:
         kp, pt = to_paged(np.asarray(kc), page_size, rng)
         vp = paged_with_table(np.asarray(vc), pt, page_size, kp)
-        kw = dict(page_table=jnp.asarray(pt))
-        o, lse = jax_flash.attention_with_kvcache(q, jnp.asarray(kp), jnp.asarray(vp), lens,
-                                                  return_lse=True, **kw, **opts)
+        o, lse = jax_flash.attention_with_kvcache(q, jnp.asarray(kp), jnp.asarray(vp), lens, return_lse=True,
+                                                  page_table=jnp.asarray(pt), **opts)
     else:
         o, lse = jax_flash.attention_with_kvcache(q, kc, vc, lens, return_lse=True, **opts)
     _check(o, q, kc, vc, lens, dtype, lse=lse, causal=opts.get("causal", True),

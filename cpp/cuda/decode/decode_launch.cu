@@ -145,24 +145,26 @@ inline bool pairs_heads(const KvcacheParams& p) {
   return p.head_dim == 64 && p.heads_kv % 2 == 0 && 2 * p.group_size() * p.seqlen_q <= 16;
 }
 
+// The split kernel for p: the paired d 128 view where pairs_heads, else D's own.
+template <class Element, int D>
+cudaError_t launch_split(const KvcacheParams& p, cudaStream_t stream) {
+  if constexpr (D == 64 && decode_hdim_compiled<128>()) {
+    if (pairs_heads(p)) {
+      KvcacheParams pair = p;
+      pair.heads_kv = p.heads_kv / 2;
+      pair.head_dim = 128;
+      return launch_decode<Element, 128, true>(pair, stream);
+    }
+  }
+  return launch_decode<Element, D, false>(p, stream);
+}
+
 template <class Element, int D>
 cudaError_t run_typed(const KvcacheParams& p, cudaStream_t stream) {
   if constexpr (!decode_hdim_compiled<D>()) {
     return cudaErrorInvalidValue;
   } else {
-    cudaError_t err;
-    if constexpr (D == 64 && decode_hdim_compiled<128>()) {
-      if (pairs_heads(p)) {
-        KvcacheParams pair = p;
-        pair.heads_kv = p.heads_kv / 2;
-        pair.head_dim = 128;
-        err = launch_decode<Element, 128, true>(pair, stream);
-      } else {
-        err = launch_decode<Element, D, false>(p, stream);
-      }
-    } else {
-      err = launch_decode<Element, D, false>(p, stream);
-    }
+    cudaError_t err = launch_split<Element, D>(p, stream);
     if (err != cudaSuccess || p.num_splits == 1) return err;
     const int64_t blocks = int64_t(p.batch) * p.heads_q * p.seqlen_q;  // a CTA a row
     if (blocks > INT32_MAX) return cudaErrorInvalidConfiguration;

@@ -45,13 +45,14 @@ static cudaError_t launch_cfg(const KvcacheParams& p, cudaStream_t stream) {
 
 template <class Element, int D, int Stages, bool kPaged, bool kPair>
 static cudaError_t launch_rows(const KvcacheParams& p, cudaStream_t stream) {
-  if constexpr (kPair) {  // paired heads: one 16-row tile (run_typed's rule)
+  if constexpr (kPair) {  // paired heads: one 16-row tile (pairs_heads' rule)
     return launch_cfg<DecodeConfig<Element, D, 1, Stages>, kPaged, true>(p, stream);
-  }
-  switch (warps_m(p.group_size() * p.seqlen_q)) {
-    case 1: return launch_cfg<DecodeConfig<Element, D, 1, Stages>, kPaged, false>(p, stream);
-    case 2: return launch_cfg<DecodeConfig<Element, D, 2, Stages>, kPaged, false>(p, stream);
-    default: return launch_cfg<DecodeConfig<Element, D, 4, Stages>, kPaged, false>(p, stream);
+  } else {
+    switch (warps_m(p.group_size() * p.seqlen_q)) {
+      case 1: return launch_cfg<DecodeConfig<Element, D, 1, Stages>, kPaged, false>(p, stream);
+      case 2: return launch_cfg<DecodeConfig<Element, D, 2, Stages>, kPaged, false>(p, stream);
+      default: return launch_cfg<DecodeConfig<Element, D, 4, Stages>, kPaged, false>(p, stream);
+    }
   }
 }
 
