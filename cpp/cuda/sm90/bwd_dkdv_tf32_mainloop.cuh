@@ -106,34 +106,45 @@ struct BwdDkdvTf32Mainloop {
     RingState<Cfg::kStages> q_ring;
     RingState<Cfg::kTStages> qt_ring;
     barrier_wait(ss.kv_full, 0u);
-    for (int it = 0; it < w.steps; ++it) {
+    // Step 0 has no dV / dK before it: peeled, so the loop's wgmma groups
+    // are the same every trip (ptxas serialises every wgmma of the kernel,
+    // C7513, when a step's group count depends on a branch).
+    {
       barrier_wait(ss.q_full[q_ring.index], q_ring.phase);
       AccS acc_s, acc_dp;
       turn_wait();
       fwd::wgmma_issue<true, false>(mma_s, tSrK, tSrQ(_, _, _, q_ring.index), acc_s);
       fwd::wgmma_issue<true, false>(mma_s, tSrV, tSrdO(_, _, _, q_ring.index), acc_dp);
-      if (it > 0) {
-        barrier_wait(ss.qt_full[qt_ring.index], qt_ring.phase);  // Q^T, dO^T of step it - 1
-        fwd::wgmma_issue<false, true>(mma_kv, tP, tKVrdOt(_, _, _, qt_ring.index), acc_dv);
-        fwd::wgmma_issue<false, true>(mma_kv, tdS, tKVrQt(_, _, _, qt_ring.index), acc_dk);
-        turn_pass();
-        warpgroup_wait<2>();  // S^T(it), dP^T(it)
-      } else {
-        turn_pass();
-        warpgroup_wait<0>();
-      }
+      turn_pass();
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(acc_s);
+      warpgroup_fence_operand(acc_dp);
+      barrier_arrive(ss.q_empty[q_ring.index]);
+      q_ring.advance();
+      make_p_ds(0, acc_s, acc_dp);
+      to_frags(acc_s, acc_dp);
+    }
+    for (int it = 1; it < w.steps; ++it) {
+      barrier_wait(ss.q_full[q_ring.index], q_ring.phase);
+      AccS acc_s, acc_dp;
+      turn_wait();
+      fwd::wgmma_issue<true, false>(mma_s, tSrK, tSrQ(_, _, _, q_ring.index), acc_s);
+      fwd::wgmma_issue<true, false>(mma_s, tSrV, tSrdO(_, _, _, q_ring.index), acc_dp);
+      barrier_wait(ss.qt_full[qt_ring.index], qt_ring.phase);  // Q^T, dO^T of step it - 1
+      fwd::wgmma_issue<false, true>(mma_kv, tP, tKVrdOt(_, _, _, qt_ring.index), acc_dv);
+      fwd::wgmma_issue<false, true>(mma_kv, tdS, tKVrQt(_, _, _, qt_ring.index), acc_dk);
+      turn_pass();
+      warpgroup_wait<2>();  // S^T(it), dP^T(it)
       warpgroup_fence_operand(acc_s);
       warpgroup_fence_operand(acc_dp);
       barrier_arrive(ss.q_empty[q_ring.index]);
       q_ring.advance();
       make_p_ds(it, acc_s, acc_dp);
-      if (it > 0) {
-        warpgroup_wait<0>();  // dV, dK of step it - 1
-        warpgroup_fence_operand(acc_dv);
-        warpgroup_fence_operand(acc_dk);
-        barrier_arrive(ss.qt_empty[qt_ring.index]);
-        qt_ring.advance();
-      }
+      warpgroup_wait<0>();  // dV, dK of step it - 1
+      warpgroup_fence_operand(acc_dv);
+      warpgroup_fence_operand(acc_dk);
+      barrier_arrive(ss.qt_empty[qt_ring.index]);
+      qt_ring.advance();
       to_frags(acc_s, acc_dp);
     }
     // dV, dK of the last step.
