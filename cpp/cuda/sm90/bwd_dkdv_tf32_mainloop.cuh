@@ -68,19 +68,30 @@ struct BwdDkdvTf32Mainloop {
     FragA tP, tdS;
     const int n0 = w.n_block * kBlockN;
 
-    // S^T, dP^T of step it -> P^T in acc_s, dS^T in acc_dp (float).
-    auto make_p_ds = [&](int it, AccS& acc_s, AccS& acc_dp) {
-      const int h = w.head(it), m0 = w.m_block(it) * kBlockM;
-      const int64_t base = (int64_t(w.batch) * p.heads_q + h) * p.seqlen_q;
+    // LSE (log2 units) and D of the query columns this thread holds in step
+    // it: loaded once the step's wgmmas are issued, so their latency runs
+    // under S^T and dP^T instead of after them (loaded before the issue, they
+    // stay live across it and ptxas spills 260 B).
+    struct Stats {
       float lse2[kCols], dsum[kCols];
+    };
+    auto load_stats = [&](int it, Stats& st) {
+      const int m0 = w.m_block(it) * kBlockM;
+      const int64_t base = (int64_t(w.batch) * p.heads_q + w.head(it)) * p.seqlen_q;
 #pragma unroll
       for (int c = 0; c < kCols; ++c) {
         const int q = m0 + get<1>(rc(0, c));
         const bool ok = q < p.seqlen_q;
         const float l = ok ? p.lse[base + q] : INFINITY;
-        lse2[c] = l == -INFINITY ? INFINITY : l * 1.4426950408889634f;  // no key: P = 0
-        dsum[c] = ok ? kp.dsum[base + q] : 0.f;
+        st.lse2[c] = l == -INFINITY ? INFINITY : l * 1.4426950408889634f;  // no key: P = 0
+        st.dsum[c] = ok ? kp.dsum[base + q] : 0.f;
       }
+    };
+    // S^T, dP^T of step it -> P^T in acc_s, dS^T in acc_dp (float).
+    auto make_p_ds = [&](int it, const Stats& st, AccS& acc_s, AccS& acc_dp) {
+      const int m0 = w.m_block(it) * kBlockM;
+      const float* lse2 = st.lse2;
+      const float* dsum = st.dsum;
       Tensor s = make_tensor(acc_s.data(), fwd::acc_rowcol_layout(acc_s.layout()));
       Tensor dp = make_tensor(acc_dp.data(), fwd::acc_rowcol_layout(acc_dp.layout()));
       // Top-left causal: key k is seen by queries q >= k.
@@ -116,12 +127,14 @@ struct BwdDkdvTf32Mainloop {
       fwd::wgmma_issue<true, false>(mma_s, tSrK, tSrQ(_, _, _, q_ring.index), acc_s);
       fwd::wgmma_issue<true, false>(mma_s, tSrV, tSrdO(_, _, _, q_ring.index), acc_dp);
       turn_pass();
+      Stats st;
+      load_stats(0, st);
       warpgroup_wait<0>();
       warpgroup_fence_operand(acc_s);
       warpgroup_fence_operand(acc_dp);
       barrier_arrive(ss.q_empty[q_ring.index]);
       q_ring.advance();
-      make_p_ds(0, acc_s, acc_dp);
+      make_p_ds(0, st, acc_s, acc_dp);
       to_frags(acc_s, acc_dp);
     }
     for (int it = 1; it < w.steps; ++it) {
@@ -134,12 +147,18 @@ struct BwdDkdvTf32Mainloop {
       fwd::wgmma_issue<false, true>(mma_kv, tP, tKVrdOt(_, _, _, qt_ring.index), acc_dv);
       fwd::wgmma_issue<false, true>(mma_kv, tdS, tKVrQt(_, _, _, qt_ring.index), acc_dk);
       turn_pass();
+      Stats st;
+      load_stats(it, st);
       warpgroup_wait<2>();  // S^T(it), dP^T(it)
       warpgroup_fence_operand(acc_s);
       warpgroup_fence_operand(acc_dp);
       barrier_arrive(ss.q_empty[q_ring.index]);
       q_ring.advance();
-      make_p_ds(it, acc_s, acc_dp);
+      make_p_ds(it, st, acc_s, acc_dp);
+      // Pin P^T / dS^T here: without the fences ptxas sinks the exponentials
+      // below the wait, out from under this warpgroup's own dV / dK.
+      warpgroup_fence_operand(acc_s);
+      warpgroup_fence_operand(acc_dp);
       warpgroup_wait<0>();  // dV, dK of step it - 1
       warpgroup_fence_operand(acc_dv);
       warpgroup_fence_operand(acc_dk);
