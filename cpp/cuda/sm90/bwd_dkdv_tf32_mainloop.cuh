@@ -155,10 +155,6 @@ struct BwdDkdvTf32Mainloop {
       barrier_arrive(ss.q_empty[q_ring.index]);
       q_ring.advance();
       make_p_ds(it, st, acc_s, acc_dp);
-      // Pin P^T / dS^T here: without the fences ptxas sinks the exponentials
-      // below the wait, out from under this warpgroup's own dV / dK.
-      warpgroup_fence_operand(acc_s);
-      warpgroup_fence_operand(acc_dp);
       warpgroup_wait<0>();  // dV, dK of step it - 1
       warpgroup_fence_operand(acc_dv);
       warpgroup_fence_operand(acc_dk);
