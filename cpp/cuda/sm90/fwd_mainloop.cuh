@@ -120,7 +120,8 @@ struct FwdMainloop {
       if (n == 0) barrier_arrive(ss.q_empty);
       mask(n, acc_s);
       const bool moved = fwd::softmax_step(softmax, acc_s, corr, scale_log2);
-      warpgroup_wait<0>();  // P(n + 1) V(n + 1)
+      // P(n + 1) V(n + 1), waited for below the exponentials (their row sums).
+      fwd::warpgroup_wait_after<0>(softmax.row_sum[0] + softmax.row_sum[sizeof(softmax.row_sum) / sizeof(float) - 1]);
       warpgroup_fence_operand(acc_o);
       barrier_arrive(ss.v_empty[v_ring.index]);
       v_ring.advance();
