@@ -116,6 +116,29 @@ struct BwdDkdvTf32Mainloop {
 
     RingState<Cfg::kStages> q_ring;
     RingState<Cfg::kTStages> qt_ring;
+    // S^T, dP^T from the Q / dO stage, which is released once they are done;
+    // dV, dK of the previous step from the Q^T / dO^T stage, likewise.
+    auto issue_s_dp = [&](AccS& acc_s, AccS& acc_dp) {
+      fwd::wgmma_issue<true, false>(mma_s, tSrK, tSrQ(_, _, _, q_ring.index), acc_s);
+      fwd::wgmma_issue<true, false>(mma_s, tSrV, tSrdO(_, _, _, q_ring.index), acc_dp);
+    };
+    auto release_q = [&](AccS& acc_s, AccS& acc_dp) {
+      warpgroup_fence_operand(acc_s);
+      warpgroup_fence_operand(acc_dp);
+      barrier_arrive(ss.q_empty[q_ring.index]);
+      q_ring.advance();
+    };
+    auto issue_dv_dk = [&] {
+      fwd::wgmma_issue<false, true>(mma_kv, tP, tKVrdOt(_, _, _, qt_ring.index), acc_dv);
+      fwd::wgmma_issue<false, true>(mma_kv, tdS, tKVrQt(_, _, _, qt_ring.index), acc_dk);
+    };
+    auto release_qt = [&] {
+      warpgroup_fence_operand(acc_dv);
+      warpgroup_fence_operand(acc_dk);
+      barrier_arrive(ss.qt_empty[qt_ring.index]);
+      qt_ring.advance();
+    };
+
     barrier_wait(ss.kv_full, 0u);
     // Step 0 has no dV / dK before it: peeled, so the loop's wgmma groups
     // are the same every trip (ptxas serialises every wgmma of the kernel,
@@ -124,16 +147,12 @@ struct BwdDkdvTf32Mainloop {
       barrier_wait(ss.q_full[q_ring.index], q_ring.phase);
       AccS acc_s, acc_dp;
       turn_wait();
-      fwd::wgmma_issue<true, false>(mma_s, tSrK, tSrQ(_, _, _, q_ring.index), acc_s);
-      fwd::wgmma_issue<true, false>(mma_s, tSrV, tSrdO(_, _, _, q_ring.index), acc_dp);
+      issue_s_dp(acc_s, acc_dp);
       turn_pass();
       Stats st;
       load_stats(0, st);
       warpgroup_wait<0>();
-      warpgroup_fence_operand(acc_s);
-      warpgroup_fence_operand(acc_dp);
-      barrier_arrive(ss.q_empty[q_ring.index]);
-      q_ring.advance();
+      release_q(acc_s, acc_dp);
       make_p_ds(0, st, acc_s, acc_dp);
       to_frags(acc_s, acc_dp);
     }
@@ -141,38 +160,26 @@ struct BwdDkdvTf32Mainloop {
       barrier_wait(ss.q_full[q_ring.index], q_ring.phase);
       AccS acc_s, acc_dp;
       turn_wait();
-      fwd::wgmma_issue<true, false>(mma_s, tSrK, tSrQ(_, _, _, q_ring.index), acc_s);
-      fwd::wgmma_issue<true, false>(mma_s, tSrV, tSrdO(_, _, _, q_ring.index), acc_dp);
+      issue_s_dp(acc_s, acc_dp);
       barrier_wait(ss.qt_full[qt_ring.index], qt_ring.phase);  // Q^T, dO^T of step it - 1
-      fwd::wgmma_issue<false, true>(mma_kv, tP, tKVrdOt(_, _, _, qt_ring.index), acc_dv);
-      fwd::wgmma_issue<false, true>(mma_kv, tdS, tKVrQt(_, _, _, qt_ring.index), acc_dk);
+      issue_dv_dk();
       turn_pass();
       Stats st;
       load_stats(it, st);
       warpgroup_wait<2>();  // S^T(it), dP^T(it)
-      warpgroup_fence_operand(acc_s);
-      warpgroup_fence_operand(acc_dp);
-      barrier_arrive(ss.q_empty[q_ring.index]);
-      q_ring.advance();
+      release_q(acc_s, acc_dp);
       make_p_ds(it, st, acc_s, acc_dp);
       warpgroup_wait<0>();  // dV, dK of step it - 1
-      warpgroup_fence_operand(acc_dv);
-      warpgroup_fence_operand(acc_dk);
-      barrier_arrive(ss.qt_empty[qt_ring.index]);
-      qt_ring.advance();
+      release_qt();
       to_frags(acc_s, acc_dp);
     }
     // dV, dK of the last step.
     barrier_wait(ss.qt_full[qt_ring.index], qt_ring.phase);
     turn_wait();
-    fwd::wgmma_issue<false, true>(mma_kv, tP, tKVrdOt(_, _, _, qt_ring.index), acc_dv);
-    fwd::wgmma_issue<false, true>(mma_kv, tdS, tKVrQt(_, _, _, qt_ring.index), acc_dk);
+    issue_dv_dk();
     turn_pass();
     warpgroup_wait<0>();
-    warpgroup_fence_operand(acc_dv);
-    warpgroup_fence_operand(acc_dk);
-    barrier_arrive(ss.qt_empty[qt_ring.index]);
-    qt_ring.advance();
+    release_qt();
   }
 };
 
