@@ -8,9 +8,9 @@ log=$(mktemp)
 "$@" -Xptxas -v 2>"$log"
 rc=$?
 grep -v -e '^ptxas info' -e 'bytes stack frame' -e '^ptxas *: *info' "$log" >&2
-if grep -q 'wgmma.mma_async instructions are serialized' "$log"; then
-  echo "wgmma_check: ptxas serialised the wgmmas of a kernel in this unit:" >&2
-  grep 'wgmma.mma_async instructions are serialized' "$log" >&2
+serialised=$(grep 'wgmma.mma_async instructions are serialized' "$log")
+if [ -n "$serialised" ]; then
+  printf 'wgmma_check: ptxas serialised the wgmmas of a kernel in this unit:\n%s\n' "$serialised" >&2
   rc=1
 fi
 rm -f "$log"

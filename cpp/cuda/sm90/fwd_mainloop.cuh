@@ -121,7 +121,7 @@ struct FwdMainloop {
       mask(n, acc_s);
       const bool moved = fwd::softmax_step(softmax, acc_s, corr, scale_log2);
       // P(n + 1) V(n + 1), waited for below the exponentials (their row sums).
-      fwd::warpgroup_wait_after<0>(softmax.row_sum[0] + softmax.row_sum[sizeof(softmax.row_sum) / sizeof(float) - 1]);
+      fwd::warpgroup_wait_after<0>(softmax.row_sum);
       warpgroup_fence_operand(acc_o);
       barrier_arrive(ss.v_empty[v_ring.index]);
       v_ring.advance();

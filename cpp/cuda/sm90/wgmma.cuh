@@ -55,16 +55,19 @@ __device__ __forceinline__ void wgmma_issue(TiledMma& mma, TA& tA, TB const& tB,
   if constexpr (kRegA) warpgroup_fence_operand(tA);
 }
 
-// wgmma.wait_group N placed after the element-wise work that produces `dep`
-// (a value every element of that work feeds, e.g. the softmax row sums).
+// wgmma.wait_group N placed after the element-wise work that produces `deps`
+// (values every element of that work feeds, e.g. the softmax row sums).
 // ptxas schedules a plain wait as early as it may, above independent
 // arithmetic: the softmax of S(n), written between wait<1> and wait<0>, ran
 // after this warpgroup's own P(n+1) V(n+1) instead of under it. A
-// warp-uniform branch on `dep` puts the wait in a later block, which ptxas
-// does not hoist; both arms wait, so the condition only orders (the PTX
-// comment in one arm keeps the compiler from merging them).
-template <int N>
-__device__ __forceinline__ void warpgroup_wait_after(float dep) {
+// warp-uniform branch on the deps puts the wait in a later block, which
+// ptxas does not hoist; both arms wait, so the condition only orders (the
+// PTX comment in one arm keeps the compiler from merging them).
+template <int N, int K>
+__device__ __forceinline__ void warpgroup_wait_after(float const (&deps)[K]) {
+  float dep = deps[0];
+#pragma unroll
+  for (int i = 1; i < K; ++i) dep += deps[i];
   if (__any_sync(0xffffffffu, __float_as_uint(dep) == 0x7fc00001u)) {
     asm volatile("wgmma.wait_group.sync.aligned %0; // after\n" ::"n"(N) : "memory");
   } else {
