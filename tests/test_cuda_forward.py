@@ -124,6 +124,17 @@ def test_cuda_forward_gqa_mqa_batch(head_dim, hkv, causal):
     _check(3, 257, 301, 8, hkv, head_dim, jnp.bfloat16, causal)
 
 
+# More work tiles than SMs, so each persistent CTA walks several; at d256
+# the two consumer warpgroups take turns with one shared-memory O buffer
+# across those tiles.
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_cuda_forward_more_tiles_than_sms(head_dim, dtype, causal):
+    skip_unless_cuda_head_dim(head_dim)
+    _check(3, 1100, 300, 8, 2, head_dim, dtype, causal, compare_cpu=False)
+
+
 # Rows whose max keeps rising over the visited key tiles: the kernels rescale
 # O only when a row's max moves by more than 2^8, so random scores (whose max
 # settles in the first tile) never reach that branch; these do, every tile

@@ -108,12 +108,22 @@ struct FwdConfig {
   using TmaV = typename FwdTmaV<kTf32, GmemTensor, decltype(take<0, 2>(SmemLayoutVt{})),
                                 Shape<Int<kHeadDim>, Int<kBlockN>>, TmaKV>::type;
   // O leaves through shared memory (stmatrix) and a TMA store per
-  // warpgroup (64 rows) where it fits beside Q and the K/V rings (d64,
-  // d128); d256 stores from registers. H100 A/B (with the early Q release,
-  // bf16): d128 1k 488 -> 584 TFLOP/s full, 340 -> 402 causal; d64 1k
-  // 386 -> 415, 261 -> 295; 16k +1-3%.
+  // warpgroup (64 rows). H100 A/B (with the early Q release, bf16): d128 1k
+  // 488 -> 584 TFLOP/s full, 340 -> 402 causal; d64 1k 386 -> 415, 261 ->
+  // 295; 16k +1-3%. At d256 Q and the K/V rings leave room for one
+  // warpgroup's 64 rows only, so the two take turns with one buffer
+  // (kSmemOShared, fwd_epilogue.cuh); its stores from registers had been
+  // ~19% of the consumers' stall samples at 1k (ncu).
   // (TF32 writes float32 O from registers: stmatrix moves 16-bit pairs.)
-  static constexpr bool kSmemO = kHeadDim <= 128 && !kTf32;
+  static constexpr bool kSmemO = !kTf32;
+  static constexpr bool kSmemOShared = kSmemO && kHeadDim > 128;
+  static_assert(!kSmemOShared || kWarpgroups == 2, "the shared O buffer alternates between two warpgroups");
+  static constexpr int kOBuffers = kSmemOShared ? 1 : kWarpgroups;
+  // One warpgroup's (64 rows) share of TiledMmaO: the epilogue's stmatrix
+  // partition of a 64-row buffer.
+  using TiledMmaOWarpgroup = decltype(make_tiled_mma(
+      GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockN>>, GMMA::Major::K,
+                           kTf32 ? GMMA::Major::K : GMMA::Major::MN>()));
   using SmemLayoutOHalf = decltype(tile_to_shape(SmemAtom{}, Shape<_64, Int<kHeadDim>>{}));
   using GmemTensorOut = decltype(make_tensor(make_gmem_ptr(static_cast<GmemElement*>(nullptr)), GmemLayout{}));
   using TmaO = decltype(make_tma_copy(SM90_TMA_STORE{}, GmemTensorOut{}, SmemLayoutOHalf{},
@@ -127,7 +137,7 @@ struct FwdConfig {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutKV>, 1024> k;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutVt>, 1024> v;
-    cute::array_aligned<Element, kSmemO ? kWarpgroups * cute::cosize_v<SmemLayoutOHalf> : 8, 1024> o;  // 64 rows a warpgroup
+    cute::array_aligned<Element, kSmemO ? kOBuffers * cute::cosize_v<SmemLayoutOHalf> : 8, 1024> o;  // 64 rows a buffer
     // mbarriers: *_full completes when a TMA box has landed (transaction
     // bytes), *_empty when every consumer thread is done with the buffer.
     alignas(8) uint64_t q_full, q_empty;

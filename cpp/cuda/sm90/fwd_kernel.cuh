@@ -70,6 +70,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_ws_kernel(const __grid_c
   FwdMainloop<Cfg> mainloop(tid - 128);
   // Warpgroup 0 of the consumers issues first.
   if (mainloop.wg == Cfg::kConsumerWarpgroups - 1) named_arrive(kPingBarrier + 0, FwdMainloop<Cfg>::kPingThreads);
+  // (kSmemOShared) ... and writes the shared O buffer first.
+  if (Cfg::kSmemOShared && mainloop.wg == 1) named_arrive(kOBufferBarrier + 0, 256);
 
   auto thr_o = mainloop.mma_o.get_thread_slice(mainloop.ctid);
   Tensor tOc = thr_o.partition_C(make_identity_tensor(Shape<Int<Cfg::kBlockM>, Int<Cfg::kHeadDim>>{}));
@@ -115,13 +117,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_ws_kernel(const __grid_c
       mainloop.run(p, kp.scale_log2, ss, c.tile, n_end, acc_o, softmax);  // releases Q
       softmax.finalize(acc_o, lse, kp.scale_log2);
     }
-    if constexpr (Cfg::kSmemO) store_o_tma<Cfg>(kp.tma_o, ss, p, acc_o, tOc, mainloop.wg, c.tile, c.head, c.batch);
+    if constexpr (Cfg::kSmemO) {
+      store_o_tma<Cfg>(kp.tma_o, ss, p, acc_o, mainloop.wg, c.tile, c.head, c.batch);
+      release_o_buffer<Cfg>(mainloop.wg);
+    }
     store_o_lse<typename Cfg::GmemElement>(p, acc_o, tOc, lse, c.tile * Cfg::kBlockM, c.head, c.batch, !Cfg::kSmemO);
   }
   // The last TMA store must have read shared memory before the CTA exits.
   if (Cfg::kSmemO && threadIdx.x % 128 == 0) tma_store_wait<0>();
   // Balance the ping-pong: the last warpgroup's last hand-over to the first.
   if (mainloop.wg == 0) named_sync(kPingBarrier + 0, FwdMainloop<Cfg>::kPingThreads);
+  // ... and warpgroup 1's last hand-over of the shared O buffer.
+  if (Cfg::kSmemOShared && mainloop.wg == 0) named_sync(kOBufferBarrier + 0, 256);
 #else
 #if defined(__CUDA_ARCH__)
   __trap();  // not built for sm_90a: the host never launches this
