@@ -103,3 +103,21 @@ def skip_unless_cuda_head_dim(d, variants=False):
     built = _ffi.cuda_head_dims(variants)
     if built and not any(x >= d for x in built):
         pytest.skip(f"head_dim {d}: no {'variants ' if variants else ''}CUDA kernel in this build {built}")
+
+
+def unbuilt_cuda_dtype(params, built) -> str | None:
+    """The 16-bit dtype among a test's parameters that this build has no CUDA
+    kernels for (JAX_FLASH_CUDA_DTYPES left it out), or None. `built`:
+    jax_flash._ffi.cuda_dtypes() ("bfloat16", "float16"); empty (a CPU-only
+    build) means nothing to check."""
+    if not built:
+        return None
+    for value in params.values():
+        try:
+            name = jnp.dtype(value).name
+        except (TypeError, ValueError):
+            continue
+        if name in ("bfloat16", "float16") and name not in built:
+            return name
+    return None
+

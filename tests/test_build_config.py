@@ -135,6 +135,18 @@ def test_gpu_tests_skip_head_dims_this_build_lacks(monkeypatch):
         skip_unless_cuda_head_dim(256, variants=True)
 
 
+def test_gpu_tests_skip_dtypes_this_build_lacks():
+    import jax.numpy as jnp
+    from helpers import unbuilt_cuda_dtype
+
+    assert unbuilt_cuda_dtype({"dtype": jnp.float16, "causal": True}, ("bfloat16",)) == "float16"
+    assert unbuilt_cuda_dtype({"dtype": "bfloat16"}, ("float16",)) == "bfloat16"
+    assert unbuilt_cuda_dtype({"dtype": jnp.float16, "d": 64}, ("bfloat16", "float16")) is None
+    assert unbuilt_cuda_dtype({"dtype": jnp.float32}, ("bfloat16",)) is None  # float32: not a 16-bit build dtype
+    assert unbuilt_cuda_dtype({"dtype": jnp.float16}, ()) is None  # CPU-only build
+    assert unbuilt_cuda_dtype({"case": "window", "sq": 7}, ("bfloat16",)) is None
+
+
 def _cuda_workspace_bytes(batch, hq, sq, d_pad, deterministic, variants, causal):
     """cpp/cuda/bwd_dispatch.h: each region rounded up to 256 B over the batch;
     deterministic mode keeps the accumulator, plus order counters, at 64/128
