@@ -81,10 +81,9 @@ struct FwdConfig {
       GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kBlockN>, Int<kHeadDim>>>(), WarpgroupsMNK{}));
   // O += P V: A = P in registers, B = V^T (D, BN) read MN-major (TF32:
   // K-major, from the transposed copy).
-  using TiledMmaO = decltype(make_tiled_mma(
-      GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockN>>, GMMA::Major::K,
-                           kTf32 ? GMMA::Major::K : GMMA::Major::MN>(),
-      WarpgroupsMNK{}));
+  using MmaOAtom = decltype(GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockN>>,
+                                                  GMMA::Major::K, kTf32 ? GMMA::Major::K : GMMA::Major::MN>());
+  using TiledMmaO = decltype(make_tiled_mma(MmaOAtom{}, WarpgroupsMNK{}));
 
   using SmemAtom = GMMA::Layout_K_SW128_Atom<Element>;
   using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
@@ -121,9 +120,7 @@ struct FwdConfig {
   static constexpr int kOBuffers = kSmemOShared ? 1 : kWarpgroups;
   // One warpgroup's (64 rows) share of TiledMmaO: the epilogue's stmatrix
   // partition of a 64-row buffer.
-  using TiledMmaOWarpgroup = decltype(make_tiled_mma(
-      GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockN>>, GMMA::Major::K,
-                           kTf32 ? GMMA::Major::K : GMMA::Major::MN>()));
+  using TiledMmaOWarpgroup = decltype(make_tiled_mma(MmaOAtom{}));
   using SmemLayoutOHalf = decltype(tile_to_shape(SmemAtom{}, Shape<_64, Int<kHeadDim>>{}));
   using GmemTensorOut = decltype(make_tensor(make_gmem_ptr(static_cast<GmemElement*>(nullptr)), GmemLayout{}));
   using TmaO = decltype(make_tma_copy(SM90_TMA_STORE{}, GmemTensorOut{}, SmemLayoutOHalf{},
