@@ -135,6 +135,18 @@ def test_cuda_forward_more_tiles_than_sms(head_dim, dtype, causal):
     _check(3, 1100, 300, 8, 2, head_dim, dtype, causal, compare_cpu=False)
 
 
+# A consumer warpgroup skips the key tiles its 64 rows do not see: the
+# causal tile's last ones, or all of them for rows past seqlen_q (d64's
+# three warpgroups take 192-row tiles: 1024 rows leave a last tile of 64,
+# 2113 one of 1). It still keeps its ping-pong turns and frees the stages.
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("sq,sk", [(1024, 1024), (1090, 700), (1031, 2049), (2113, 2113)])
+@pytest.mark.parametrize("head_dim", [64, 256])
+def test_cuda_forward_warpgroups_skip_key_tiles(head_dim, sq, sk, causal):
+    skip_unless_cuda_head_dim(head_dim)
+    _check(2, sq, sk, 4, 2, head_dim, jnp.bfloat16, causal, compare_cpu=False)
+
+
 # Rows whose max keeps rising over the visited key tiles: the kernels rescale
 # O only when a row's max moves by more than 2^8, so random scores (whose max
 # settles in the first tile) never reach that branch; these do, every tile

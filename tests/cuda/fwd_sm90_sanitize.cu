@@ -126,6 +126,9 @@ int main(int argc, char** argv) {
       {1, 1, 1, 1, 1, 64, false, true},     {2, 129, 200, 4, 2, 64, true, true},  {1, 300, 131, 2, 1, 128, true, true},
       {1, 17, 1000, 2, 2, 256, false, true}, {2, 257, 257, 2, 1, 128, false, false}, {1, 383, 129, 2, 2, 40, true, true},
       {1, 640, 640, 3, 1, 256, true, true},
+      // d64 on three warpgroups (192-row tiles): causal warpgroups skip key
+      // tiles, the last tiles' past-the-end warpgroups all of them
+      {2, 1031, 2049, 4, 2, 64, true, true}, {1, 1024, 1024, 2, 2, 64, false, true},
       // d256 with more work tiles (160) than CTAs: the warpgroups hand the
       // shared O buffer over across tiles
       {4, 1000, 130, 5, 1, 256, false, true},

@@ -116,11 +116,12 @@ cudaError_t run_fwd_sm90_hdim(const FwdParams& params, cudaStream_t stream) {
   // d64: three consumer warpgroups (192-row tiles), so that two softmaxes
   // run under each warpgroup's wgmmas (ncu at 16k with two: tensor pipe
   // 51%, issue-bound softmax). H100, bf16, against two in the same run:
-  // 4k +10% (full) / +4% (causal), 16k +13% / +12%; at 1k the 192-row tiles
-  // leave a third of the last tile idle (1k = 5.33 x 192): full +1%, causal
-  // -7%, so short queries keep two.
+  // 4k +10% (full) / +4% (causal), 16k +13% / +12%. Each warpgroup skips
+  // the key tiles its rows do not see (FwdMainloop::run), which took 1k
+  // (5.33 x 192 rows) from +1% / -7% against two to +7% / +10%, and causal
+  // 2k / 4k / 16k +6 / +7 / +2% over three without the skip.
   if constexpr (kHeadDim == 64)
-    if (params.seqlen_q >= 2048)
+    if (params.seqlen_q >= 1024)
       return sm90::launch_fwd_ws<sm90::FwdConfig<kHeadDim, sm90::ElementOf<kDType>, 3>>(params, stream);
   return sm90::launch_fwd_ws<sm90::FwdConfig<kHeadDim, sm90::ElementOf<kDType>>>(params, stream);
 }

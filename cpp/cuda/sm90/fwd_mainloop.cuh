@@ -86,8 +86,37 @@ struct FwdMainloop {
     FragP tOrP;
     float corr[kRows];
 
-    // First (last-index) key tile: S alone.
+    // Key tiles this warpgroup's rows see: causal rows stop short of the
+    // tile's last ones, and rows past seqlen_q see none (three warpgroups'
+    // 192-row tiles leave 1k rows a 64-row last tile). The key tiles it
+    // skips it only keeps its ping-pong turns for and releases, once they
+    // have landed (an early arrival would count towards the stage's
+    // previous fill). Key tiles as tall as the query tile (d64 with two
+    // warpgroups, d128) leave nothing to skip but a partial last tile's rows.
     int n = n_end - 1;
+    if constexpr (kBlockN < kBlockM) {
+      int wg_end = n_end;
+      if (wg_row0 >= p.seqlen_q) wg_end = 0;
+      else if (p.causal) wg_end = min(n_end, (min(p.seqlen_k, wg_row0 + 64) + kBlockN - 1) / kBlockN);
+      for (; n >= wg_end; --n) {
+        turn_wait();
+        turn_pass();
+        barrier_wait(ss.k_full[k_ring.index], k_ring.phase);
+        barrier_arrive(ss.k_empty[k_ring.index]);
+        k_ring.advance();
+        barrier_wait(ss.v_full[v_ring.index], v_ring.phase);
+        barrier_arrive(ss.v_empty[v_ring.index]);
+        v_ring.advance();
+      }
+      if (wg_end == 0) {  // no row: Q unread, one more turn (that of P(0) V(0))
+        barrier_arrive(ss.q_empty);
+        turn_wait();
+        turn_pass();
+        return;
+      }
+    }
+
+    // First (last-index) key tile: S alone.
     {
       barrier_wait(ss.k_full[k_ring.index], k_ring.phase);
       AccS acc_s;
