@@ -42,9 +42,9 @@ cudaError_t run_fwd_sm90_tf32_hdim(const FwdParams& params, void* scratch, cudaS
 template <int kHeadDim>
 cudaError_t run_bwd_tf32_hdim(const BwdParams& params, bool vec, void* sm90_scratch, cudaStream_t stream);
 // Hopper TF32 wgmma backward, dK / dV and dQ kernels (bwd_sm90_hdim*_tf32.cu,
-// sm_90a builds): dsum = the D rows; cudaErrorNotSupported (nothing
-// launched) when it cannot run here.
+// sm_90a builds): writes the D rows into dsum first; cudaErrorNotSupported
+// (nothing launched) when it cannot run here.
 template <int kHeadDim>
-cudaError_t run_bwd_sm90_tf32_hdim(const BwdParams& params, const float* dsum, void* scratch, cudaStream_t stream);
+cudaError_t run_bwd_sm90_tf32_hdim(const BwdParams& params, float* dsum, void* scratch, cudaStream_t stream);
 
 }  // namespace jax_flash::cuda

@@ -41,7 +41,7 @@ inline auto tf32_gmem(const void* ptr, int rows, int cols, int heads, int batch,
 }
 
 template <class CfgKV, class CfgQ>
-cudaError_t launch_bwd_tf32(const BwdParams& p, const float* dsum, void* scratch, cudaStream_t stream) {
+cudaError_t launch_bwd_tf32(const BwdParams& p, float* dsum, void* scratch, cudaStream_t stream) {
   constexpr int D = CfgQ::kHeadDim;
   static std::atomic<unsigned long long> ready_kv{0}, ready_q{0};
   if (!sm90_kernel_ready(&bwd_dkdv_tf32_kernel<CfgKV>, CfgKV::kSmemBytes, ready_kv) ||
@@ -77,6 +77,11 @@ cudaError_t launch_bwd_tf32(const BwdParams& p, const float* dsum, void* scratch
   qd.rows = p.seqlen_q;
   qd.heads = p.heads_q;
   qd.head_dim = hd;
+  qd.o = static_cast<const float*>(p.o);
+  qd.o_batch_stride = p.o_batch_stride;
+  qd.o_row_stride = p.o_row_stride;
+  qd.o_head_stride = p.o_head_stride;
+  qd.dsum = dsum;
   if (const cudaError_t err = launch_tf32_prep<D>(qd, p.batch, stream); err != cudaSuccess) return err;
 
   const int64_t kh = int64_t(p.seqlen_k) * hd, kth = int64_t(hd) * keys;
@@ -146,14 +151,14 @@ cudaError_t launch_bwd_tf32(const BwdParams& p, const float* dsum, void* scratch
 
 }  // namespace sm90
 
-// Float32 plain attention's dK, dV and dQ (full or causal, GQA) on TF32
-// wgmmas, head dims up to kHeadDim (64, 128), after the D rows are in
-// `dsum`; `scratch` holds Tf32BwdScratch(params).bytes. cudaErrorNotSupported
-// with nothing launched (the caller then runs the mma.sync kernels) off cc
-// 9.0 / sm_90a, for unaligned rows, empty sequences, a scale <= 0, or any
-// option.
+// Float32 plain attention's D rows (into `dsum`, made in the dO copy pass),
+// dK, dV and dQ (full or causal, GQA) on TF32 wgmmas, head dims up to
+// kHeadDim (64, 128); `scratch` holds Tf32BwdScratch(params).bytes.
+// cudaErrorNotSupported with nothing launched (the caller then makes D and
+// runs the mma.sync kernels) off cc 9.0 / sm_90a, for unaligned rows, empty
+// sequences, a scale <= 0, or any option.
 template <int kHeadDim>
-cudaError_t run_bwd_sm90_tf32_hdim(const BwdParams& params, const float* dsum, void* scratch, cudaStream_t stream) {
+cudaError_t run_bwd_sm90_tf32_hdim(const BwdParams& params, float* dsum, void* scratch, cudaStream_t stream) {
   if (!params.plain_mask()) return cudaErrorNotSupported;
   return sm90::launch_bwd_tf32<sm90::BwdDkdvTf32Config<kHeadDim>, sm90::BwdDqTf32Config<kHeadDim>>(params, dsum,
                                                                                                   scratch, stream);
@@ -163,4 +168,4 @@ cudaError_t run_bwd_sm90_tf32_hdim(const BwdParams& params, const float* dsum, v
 
 #define JAX_FLASH_INSTANTIATE_BWD_SM90_TF32(HDIM)                                                   \
   template cudaError_t jax_flash::cuda::run_bwd_sm90_tf32_hdim<HDIM>(const jax_flash::BwdParams&, \
-                                                                    const float*, void*, cudaStream_t);
+                                                                    float*, void*, cudaStream_t);

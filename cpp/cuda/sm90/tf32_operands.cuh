@@ -95,6 +95,11 @@ struct Tf32Operand {
 struct Tf32PrepArgs {
   Tf32Operand x, y;
   int rows = 0, heads = 0, head_dim = 0;
+  // (optional) D = rowsum(y * o) of every row into dsum ([batch, heads,
+  // rows]): the backward's dO pass makes D too, reading O beside dO.
+  const float* o = nullptr;
+  int64_t o_batch_stride = 0, o_row_stride = 0, o_head_stride = 0;
+  float* dsum = nullptr;
 };
 
 // One CTA per 32 rows of one (batch, head); head_dim % 4 == 0 and
@@ -104,6 +109,7 @@ inline constexpr int kPrepKeys = 32, kPrepThreads = 256;
 template <int kMaxDim>
 __global__ void __launch_bounds__(kPrepThreads) tf32_prep_kernel(const Tf32PrepArgs a) {
   __shared__ float tile[2][kPrepKeys][kMaxDim + 1];
+  __shared__ float dot_part[kPrepKeys][kMaxDim / 4];  // (a.dsum) y . o per 4-column chunk
   const int row0 = blockIdx.x * kPrepKeys, h = blockIdx.y, b = blockIdx.z, hd = a.head_dim;
   const int rows_pad = tf32_keys_padded(a.rows);
   const int64_t bh = int64_t(b) * a.heads + h;
@@ -119,6 +125,11 @@ __global__ void __launch_bounds__(kPrepThreads) tf32_prep_kernel(const Tf32PrepA
       float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
       if (row < a.rows) {
         x = *reinterpret_cast<const float4*>(src + row * op.row_stride + c);
+        if (o == 1 && a.dsum != nullptr) {
+          const float4 y = *reinterpret_cast<const float4*>(a.o + b * a.o_batch_stride + h * a.o_head_stride +
+                                                            row * a.o_row_stride + c);
+          dot_part[r][c / 4] = x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w;
+        }
         x = make_float4(round_tf32(x.x), round_tf32(x.y), round_tf32(x.z), round_tf32(x.w));
         if (op.rounded) *reinterpret_cast<float4*>(op.rounded + (bh * a.rows + row) * hd + c) = x;
       }
@@ -131,6 +142,12 @@ __global__ void __launch_bounds__(kPrepThreads) tf32_prep_kernel(const Tf32PrepA
     }
   }
   __syncthreads();
+  // D: each row's chunks summed in a fixed order (reproducible).
+  if (a.dsum != nullptr && threadIdx.x < kPrepKeys && row0 + int(threadIdx.x) < a.rows) {
+    float d = 0.f;
+    for (int j = 0; j < chunks; ++j) d += dot_part[threadIdx.x][j];
+    a.dsum[bh * a.rows + row0 + threadIdx.x] = d;
+  }
 #pragma unroll
   for (int o = 0; o < 2; ++o) {
     float* out = ops[o]->transposed;

@@ -51,13 +51,8 @@ cudaError_t launch_fwd(const FwdParams& p, bool vec, cudaStream_t stream) {
 template <int D, bool kGeneral>
 cudaError_t launch_bwd(const BwdParams& p, bool vec, void* sm90_scratch, cudaStream_t stream) {
   float* dsum = static_cast<float*>(p.workspace);
-  const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
-  if (rows > 0) {
-    const int blocks = int(std::min<int64_t>((rows + 7) / 8, 16384));
-    bwd_dsum_kernel<float><<<blocks, 256, 0, stream>>>(p, dsum);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
-  }
 #if defined(JAX_FLASH_BWD_SM90)
+  // The Hopper kernels make D themselves, in their dO copy pass.
   if constexpr (!kGeneral && (D == 64 || D == 128)) {
     if (p.seqlen_q > 0 && p.seqlen_k > 0 && sm90_scratch != nullptr) {
       const cudaError_t err = run_bwd_sm90_tf32_hdim<D>(p, dsum, sm90_scratch, stream);
@@ -65,6 +60,12 @@ cudaError_t launch_bwd(const BwdParams& p, bool vec, void* sm90_scratch, cudaStr
     }
   }
 #endif
+  const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
+  if (rows > 0) {
+    const int blocks = int(std::min<int64_t>((rows + 7) / 8, 16384));
+    bwd_dsum_kernel<float><<<blocks, 256, 0, stream>>>(p, dsum);
+    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  }
   BwdArgs args;
   args.p = p;
   args.dsum = dsum;
