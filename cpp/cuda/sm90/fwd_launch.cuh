@@ -119,9 +119,11 @@ cudaError_t run_fwd_sm90_hdim(const FwdParams& params, cudaStream_t stream) {
   // 4k +10% (full) / +4% (causal), 16k +13% / +12%. Each warpgroup skips
   // the key tiles its rows do not see (FwdMainloop::run), which took 1k
   // (5.33 x 192 rows) from +1% / -7% against two to +7% / +10%, and causal
-  // 2k / 4k / 16k +6 / +7 / +2% over three without the skip.
+  // 2k / 4k / 16k +6 / +7 / +2% over three without the skip. From 512
+  // queries (512: +8% / +5%); at 256 the second 192-row tile is mostly
+  // idle (-4% / -7%).
   if constexpr (kHeadDim == 64)
-    if (params.seqlen_q >= 1024)
+    if (params.seqlen_q >= 512)
       return sm90::launch_fwd_ws<sm90::FwdConfig<kHeadDim, sm90::ElementOf<kDType>, 3>>(params, stream);
   return sm90::launch_fwd_ws<sm90::FwdConfig<kHeadDim, sm90::ElementOf<kDType>>>(params, stream);
 }
