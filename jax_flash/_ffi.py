@@ -71,6 +71,14 @@ def cuda_dtypes() -> tuple[str, ...]:
     return tuple(_jax_flash.cuda_dtypes())
 
 
+def cuda_float32() -> bool:
+    """Whether float32 inputs have compiled CUDA (TF32) kernels;
+    JAX_FLASH_CUDA_DTYPES can leave them out. False for a CPU-only build."""
+    if _jax_flash.cuda_archs is None:
+        return False
+    return bool(_jax_flash.cuda_float32())
+
+
 def cpu_isa() -> str:
     """Instruction set the CPU kernels run with on this machine."""
     return _jax_flash.cpu_isa()

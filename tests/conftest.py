@@ -35,19 +35,20 @@ def pytest_collection_modifyitems(config, items):
 
 
 def _skip_unbuilt_dtypes(items):
-    """GPU cases in a dtype this build left out (JAX_FLASH_CUDA_DTYPES) skip
-    instead of failing on the entry point's error."""
-    from helpers import unbuilt_cuda_dtype
+    """GPU cases in a dtype this build left out (JAX_FLASH_CUDA_DTYPES: a
+    16-bit dtype parameter, or float32 for tests marked tf32) skip instead of
+    failing on the entry point's error."""
+    from helpers import unbuilt_cuda_kernels
     from jax_flash import _ffi
 
-    built = _ffi.cuda_dtypes()
+    built, float32_built = _ffi.cuda_dtypes(), _ffi.cuda_float32()
     for item in items:
-        params = getattr(getattr(item, "callspec", None), "params", None)
-        if "gpu" not in item.keywords or not params:
+        if "gpu" not in item.keywords:
             continue
-        missing = unbuilt_cuda_dtype(params, built)
+        params = getattr(getattr(item, "callspec", None), "params", None)
+        missing = unbuilt_cuda_kernels(params, item.keywords, built, float32_built)
         if missing:
-            item.add_marker(pytest.mark.skip(reason=f"{missing}: not in this build's JAX_FLASH_CUDA_DTYPES {built}"))
+            item.add_marker(pytest.mark.skip(reason=f"{missing}: not in this build's JAX_FLASH_CUDA_DTYPES"))
 
 
 @pytest.fixture(autouse=True)

@@ -105,6 +105,18 @@ def skip_unless_cuda_head_dim(d, variants=False):
         pytest.skip(f"head_dim {d}: no {'variants ' if variants else ''}CUDA kernel in this build {built}")
 
 
+def unbuilt_cuda_kernels(params, keywords, built, float32_built) -> str | None:
+    """What a GPU test needs that this build has no CUDA kernels for, or None:
+    float32 (TF32) for tests marked tf32, else unbuilt_cuda_dtype. `built`:
+    jax_flash._ffi.cuda_dtypes(); empty (a CPU-only build) means nothing to
+    check; float32_built: jax_flash._ffi.cuda_float32()."""
+    if not built and not float32_built:
+        return None
+    if "tf32" in keywords and not float32_built:
+        return "float32 (tf32)"
+    return unbuilt_cuda_dtype(params or {}, built)
+
+
 def unbuilt_cuda_dtype(params, built) -> str | None:
     """The 16-bit dtype among a test's parameters that this build has no CUDA
     kernels for (JAX_FLASH_CUDA_DTYPES left it out), or None. `built`:

@@ -137,7 +137,14 @@ def test_gpu_tests_skip_head_dims_this_build_lacks(monkeypatch):
 
 def test_gpu_tests_skip_dtypes_this_build_lacks():
     import jax.numpy as jnp
-    from helpers import unbuilt_cuda_dtype
+    from helpers import unbuilt_cuda_dtype, unbuilt_cuda_kernels
+
+    f16 = {"dtype": jnp.float16}
+    assert unbuilt_cuda_kernels(None, {"gpu", "tf32"}, ("bfloat16",), False) == "float32 (tf32)"
+    assert unbuilt_cuda_kernels(None, {"gpu", "tf32"}, ("bfloat16",), True) is None
+    assert unbuilt_cuda_kernels(f16, {"gpu"}, ("bfloat16",), False) == "float16"  # a 16-bit parameter, unmarked
+    assert unbuilt_cuda_kernels(f16, {"gpu", "tf32"}, ("bfloat16", "float16"), True) is None
+    assert unbuilt_cuda_kernels(None, {"gpu", "tf32"}, (), False) is None  # CPU-only build
 
     assert unbuilt_cuda_dtype({"dtype": jnp.float16, "causal": True}, ("bfloat16",)) == "float16"
     assert unbuilt_cuda_dtype({"dtype": "bfloat16"}, ("float16",)) == "bfloat16"

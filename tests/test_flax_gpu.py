@@ -232,6 +232,7 @@ def test_gpu_jitted_train_step_bf16_lowers_the_loss(gpu):
     np.testing.assert_allclose(ours, stock, rtol=0.05, atol=0.05)
 
 
+@pytest.mark.tf32
 def test_gpu_attention_fn_runs_float32_and_dropout(gpu):
     q = _x(20, (1, 16, 2, 128))
     o = jf.attention_fn(q, q, q)  # float32 on the TF32 kernels (issue 29)

@@ -12,6 +12,7 @@
 
 #include "cuda/decode/decode_launch.h"
 #include "cuda/launch.h"
+#include "cuda/tf32_dispatch.h"
 #endif
 
 namespace nb = nanobind;
@@ -61,6 +62,8 @@ NB_MODULE(_jax_flash, m) {
     if (jax_flash::cuda::dtype_built(jax_flash::DType::kFloat16)) out.push_back("float16");
     return out;
   });
+  // Whether float32 inputs have CUDA (TF32) kernels (JAX_FLASH_CUDA_DTYPES).
+  m.def("cuda_float32", []() { return jax_flash::cuda::tf32_built(); });
 #else
   m.attr("cuda_archs") = nb::none();
 #endif
