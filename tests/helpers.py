@@ -132,4 +132,3 @@ def unbuilt_cuda_dtype(params, built) -> str | None:
         if name in ("bfloat16", "float16") and name not in built:
             return name
     return None
-

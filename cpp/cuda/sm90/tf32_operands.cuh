@@ -21,6 +21,7 @@
 #include <cutlass/arch/barrier.h>
 #include <cutlass/numeric_types.h>
 
+#include "cuda/sm90/pipeline.cuh"  // named_sync
 #include "params.h"
 
 namespace jax_flash::cuda::sm90 {
@@ -193,7 +194,7 @@ template <class Cfg>
 __device__ __forceinline__ void round_q_tf32(typename Cfg::SharedStorage& ss, int wg, int wtid) {
   round_rows_tf32<typename Cfg::SmemLayoutQ>(ss.q.data(), wg, wtid);
   cutlass::arch::fence_view_async_shared();
-  asm volatile("bar.sync %0, 128;\n" ::"r"(1 + Cfg::kConsumerWarpgroups + wg) : "memory");
+  named_sync(1 + Cfg::kConsumerWarpgroups + wg, 128);
 }
 
 }  // namespace jax_flash::cuda::sm90
