@@ -126,10 +126,13 @@ struct BwdConfig {
 };
 
 // Named barriers of the backward (0 is __syncthreads): both consumer
-// warpgroups' dS^T halves are in shared memory; the dQ tile is staged (the
-// consumers arrive, the writer warp waits); the writer has read it (the
-// writer arrives, the consumers wait).
+// warpgroups' dS^T halves are in shared memory; the dQ tile of an even step
+// is staged (the consumers arrive, writer warp 0 waits); writer 0 has read
+// it (it arrives, the consumers wait); the same two for odd steps and writer
+// warp 1 (+ 2, bwd_dq_full / bwd_dq_empty).
 inline constexpr int kBarDsReady = 1, kBarDqFull = 2, kBarDqEmpty = 3;
+__device__ __forceinline__ constexpr int bwd_dq_full(int step) { return kBarDqFull + 2 * (step & 1); }
+__device__ __forceinline__ constexpr int bwd_dq_empty(int step) { return kBarDqEmpty + 2 * (step & 1); }
 inline constexpr int kDqBarThreads = 256 + 32;
 
 }  // namespace jax_flash::cuda::sm90

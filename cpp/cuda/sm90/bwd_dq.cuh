@@ -40,29 +40,36 @@ __device__ __forceinline__ void dq_from_staged(Acc& acc, const float* staged, in
   }
 }
 
-// The writer warp (all 32 lanes take the barriers, lane 0 issues): per
-// step, wait for the staged tile, reduce it into the accumulator, and hand
-// the buffer back once the copy has read it (not after the last step: the
-// consumers wait for every hand-back but the first buffer's).
+// The writer warps (all 32 lanes take the barriers, lane 0 issues): two,
+// taking the steps in turn (`parity`: this warp's steps are those of that
+// parity), each with its own pair of named barriers (bwd_dq_full /
+// bwd_dq_empty of its steps). Per step: wait for the staged tile, reduce it into the
+// accumulator, and hand the buffer back once the copy has read it (not after
+// the last step: the consumers wait for every hand-back but the first
+// buffer's).
 // Deterministic mode: the add waits until every CTA ranked before this one
 // (BwdWork::dq_rank) has counted its own, and is counted once complete, so
 // the float32 sums run in one order whatever the timing. Without masks
 // every query tile has a rank-0 CTA, which stores its tile instead of
 // adding it, so the accumulator needs no clearing first (launch_bwd_ws).
+// The wait for completion before the count is why there are two writers:
+// one warp alone could not take the next tile before the last add had
+// landed, and its wait, poll and add then set the pace of every step.
 template <class Cfg, class Work>
 __device__ __forceinline__ void bwd_write_dq(const BwdKernelParams<Cfg>& kp, typename Cfg::SharedStorage& ss,
-                                             const Work& w, int lane) {
+                                             const Work& w, int lane, int parity) {
   constexpr int M = Cfg::kBlockM, D = Cfg::kHeadDim;
-  for (int step = 0; step < w.steps; ++step) {
+  const int bar_full = kBarDqFull + 2 * parity, bar_empty = kBarDqEmpty + 2 * parity;  // bwd_dq_full / _empty
+  for (int step = parity; step < w.steps; step += 2) {
     const int h = w.head(step), m = w.m_block(step);
     // (kMasks) A step the producer skipped (bwd_masks.cuh) stages nothing;
     // the writer works that out as the producer did, and the consumers
     // still take the handshake.
     bool skip = false;
     if constexpr (Cfg::kMasks) skip = (bwd_step_flags<M>(kp.p, w.batch, m * M, ss.ms) & kStepSkip) != 0;
-    named_sync(kBarDqFull, kDqBarThreads);
+    named_sync(bar_full, kDqBarThreads);
     if (skip) {
-      if (step + 1 < w.steps) named_arrive(kBarDqEmpty, kDqBarThreads);
+      if (step + 1 < w.steps) named_arrive(bar_empty, kDqBarThreads);
       continue;
     }
     int* counter = kp.dq_order == nullptr ? nullptr : kp.dq_counter(w.batch, h, m);
@@ -87,7 +94,7 @@ __device__ __forceinline__ void bwd_write_dq(const BwdKernelParams<Cfg>& kp, typ
       bulk_wait_read();
     }
     __syncwarp();
-    if (step + 1 < w.steps) named_arrive(kBarDqEmpty, kDqBarThreads);
+    if (step + 1 < w.steps) named_arrive(bar_empty, kDqBarThreads);
     if (lane == 0 && counter != nullptr) {
       bulk_wait_all();
       fence_async_global();  // the add complete before it is counted

@@ -5,7 +5,8 @@
 // reduced by whole tiles: FlashAttention-3's shape. The kernel assigns the
 // warp roles:
 // - Warpgroup 0 gives up registers (setmaxnreg). Its warp 0 is the
-//   producer (bwd_producer.cuh); its warp 1 is the dQ writer (bwd_dq.cuh).
+//   producer (bwd_producer.cuh); its warps 1 and 2 are the dQ writers,
+//   taking the steps in turn (bwd_dq.cuh).
 // - Warpgroups 1 and 2 are the consumers, 64 keys each of the CTA's 128
 //   (bwd_mainloop.cuh); they store dK and dV at the end.
 // Cfg::kWide (BwdWideConfig, head dim 256): the consumers share 64 keys, one
@@ -80,7 +81,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_ws_kernel(const __grid_c
       if (warp == 1 && kp.dq_order != nullptr) bwd_order_wide_dq<Cfg>(kp, w, tid % 32);
     } else {
       if (warp == 0) bwd_produce<Cfg>(kp, ss, w, tid % 32);
-      if (warp == 1) bwd_write_dq<Cfg>(kp, ss, w, tid % 32);
+      if (warp == 1 || warp == 2) bwd_write_dq<Cfg>(kp, ss, w, tid % 32, warp - 1);
     }
     return;
   }

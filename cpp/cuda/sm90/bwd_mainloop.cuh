@@ -118,8 +118,8 @@ struct BwdMainloop {
         flags = __shfl_sync(0xffffffffu, ss.ms.flags[st], 0);  // warp-uniform branches
         if (flags & kStepSkip) {  // ids disjoint from the key tile's: nothing loaded, nothing to add
           barrier_arrive(ss.empty[st]);
-          if (step > 0) named_sync(kBarDqEmpty, kDqBarThreads);  // the writer's handshake, nothing staged
-          named_arrive(kBarDqFull, kDqBarThreads);
+          if (step > 0) named_sync(bwd_dq_empty(step - 1), kDqBarThreads);  // the writers' handshake, nothing staged
+          named_arrive(bwd_dq_full(step), kDqBarThreads);
           ring.advance();
           continue;
         }
@@ -295,10 +295,10 @@ struct BwdMainloop {
       warpgroup_fence_operand(acc_dq);
       barrier_arrive(ss.empty[st]);  // Q, dO, LSE and D of this stage are free
 
-      if (step > 0) named_sync(kBarDqEmpty, kDqBarThreads);  // the writer has read the last tile
+      if (step > 0) named_sync(bwd_dq_empty(step - 1), kDqBarThreads);  // the last tile's writer has read it
       dq_to_staged<Cfg::kConsumerThreads>(acc_dq, ss.dq.data(), ct);
       cutlass::arch::fence_view_async_shared();  // st.shared -> the bulk copy's reads
-      named_arrive(kBarDqFull, kDqBarThreads);
+      named_arrive(bwd_dq_full(step), kDqBarThreads);
       ring.advance();
     }
     warpgroup_fence_operand(acc_dv);
