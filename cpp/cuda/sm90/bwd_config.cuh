@@ -49,7 +49,7 @@ struct BwdConfig {
   static constexpr int kBlockN = 128;
   static constexpr int kStages = 2;  // Q / dO / LSE / D ring
   static constexpr int kConsumerThreads = 256;
-  static constexpr int kThreads = 128 + kConsumerThreads;  // warpgroup 0: TMA producer and dQ writer
+  static constexpr int kThreads = 128 + kConsumerThreads;  // warpgroup 0: TMA producer and dQ writers
   // The pool is what the launch gave the CTA (168 a thread, the most that
   // 384 threads get): setmaxnreg.inc waits until the other warpgroups have
   // freed enough, so asking more in all hangs.
@@ -127,9 +127,9 @@ struct BwdConfig {
 
 // Named barriers of the backward (0 is __syncthreads): both consumer
 // warpgroups' dS^T halves are in shared memory; the dQ tile of an even step
-// is staged (the consumers arrive, writer warp 0 waits); writer 0 has read
-// it (it arrives, the consumers wait); the same two for odd steps and writer
-// warp 1 (+ 2, bwd_dq_full / bwd_dq_empty).
+// is staged (the consumers arrive, the even steps' writer waits); that writer
+// has read it (it arrives, the consumers wait); ids + 2: the same two for odd
+// steps and the other writer (bwd_dq_full / bwd_dq_empty of a step).
 inline constexpr int kBarDsReady = 1, kBarDqFull = 2, kBarDqEmpty = 3;
 __device__ __forceinline__ constexpr int bwd_dq_full(int step) { return kBarDqFull + 2 * (step & 1); }
 __device__ __forceinline__ constexpr int bwd_dq_empty(int step) { return kBarDqEmpty + 2 * (step & 1); }

@@ -1,7 +1,7 @@
 // dQ of the warp-specialised Hopper backward. Each step the consumers stage
-// their float32 dQ tile in shared memory and a writer warp adds the whole
-// tile to the workspace accumulator with one bulk reduce copy, off the
-// consumers' path. The tile is stored in the order the consumer threads
+// their float32 dQ tile in shared memory and one of two writer warps (they
+// take the steps in turn) adds the whole tile to the workspace accumulator
+// with one bulk reduce copy, off the consumers' path. The tile is stored in the order the consumer threads
 // hold it (float4 i of thread t at (i * 256 + t) * 4): conflict-free
 // stores, and one contiguous run of the accumulator per tile. A convert
 // kernel reads it back the same way and writes dq = scale * dQ.

@@ -7,7 +7,7 @@
 //   dV  += P^T dO, dK += dS^T Q          RS: P^T and dS^T from registers
 //   dS^T -> shared memory, then (both halves there) dQ = dS K, each
 //   warpgroup half of it (bwd_config.cuh: query rows at d64, head dim at
-//   d128); the tile goes to the dQ writer (bwd_dq.cuh).
+//   d128); the tile goes to the step's dQ writer (bwd_dq.cuh).
 // (kMasks) The producer's step flags say which steps need element masks
 // and which have nothing to do (bwd_masks.cuh). (kLogits) Soft-cap, ALiBi
 // or dropout change how P^T and dS^T are made (bwd_logits.cuh).

@@ -1,6 +1,6 @@
 // The work of one backward CTA: its key tile (from the launch order) and the
 // steps it walks, (q head of the kv group, query tile), in the same order
-// for the producer, the dQ writer and the consumers.
+// for the producer, the dQ writers and the consumers.
 #pragma once
 
 #include "cuda/common/tile_order.h"
