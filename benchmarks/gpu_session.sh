@@ -57,9 +57,9 @@ for stage in $stages; do
     bench)
       python3 benchmarks/bench_attention.py --out "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log"
       ;;
-    bench-grid)  # the anchors' seqlens (1k, 4k, 16k) for every head dim
+    bench-grid)  # the anchors' seqlens (1k, 4k, 16k) for every head dim, each point's best of RUNS (2)
       timeout ${BENCH_TIMEOUT:-600} python3 benchmarks/bench_attention.py --seqlens 1024 4096 16384 \
-        --out "$OUT/bench_grid.json" 2>&1 | tee "$OUT/bench_grid.log"
+        --runs ${RUNS:-2} --out "$OUT/bench_grid.json" 2>&1 | tee "$OUT/bench_grid.log"
       ;;
     bench-float32)  # float32 (TF32 kernels) vs jax.nn xla float32, forward and forward+backward
       timeout ${BENCH_TIMEOUT:-600} python3 -P benchmarks/bench_float32.py --out "$OUT/bench_float32.json" \

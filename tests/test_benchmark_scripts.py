@@ -82,3 +82,16 @@ def test_plot_results_charts_the_chosen_implementations(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     none = _run("plot_results.py", grid, "--impls", "pallas", "-o", tmp_path / "none.png", cwd=tmp_path)
     assert none.returncode != 0 and "no timed records" in none.stderr
+
+
+def test_bench_attention_runs_keeps_each_implementations_best_on_cpu(tmp_path):
+    path = tmp_path / "grid.json"
+    out = _run("bench_attention.py", "--tokens", "256", "--hidden", "64", "--head-dims", "32", "--seqlens", "128",
+               "--causal", "yes", "--impls", "jax_flash", "xla", "--runs", "3", "--out", path, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    records = json.loads(path.read_text())
+    assert {(r["impl"], r["mode"]) for r in records} == {(i, m) for i in ("jax_flash", "xla")
+                                                          for m in ("fwd", "fwd_bwd")}, records
+    for r in records:
+        assert len(r["runs_ms"]) == 3 and all(t > 0 for t in r["runs_ms"]), r
+        assert r["ms"] == min(r["runs_ms"]) and r["tflops"] > 0, r
