@@ -1,9 +1,10 @@
 // dQ of the warp-specialised Hopper backward. Each step the consumers stage
 // their float32 dQ tile in shared memory and one of two writer warps (they
 // take the steps in turn) adds the whole tile to the workspace accumulator
-// with one bulk reduce copy, off the consumers' path. The tile is stored in the order the consumer threads
-// hold it (float4 i of thread t at (i * 256 + t) * 4): conflict-free
-// stores, and one contiguous run of the accumulator per tile. A convert
+// with one bulk reduce copy, off the consumers' path. The tile is stored in
+// the order the consumer threads hold it (float4 i of thread t at
+// (i * 256 + t) * 4): conflict-free stores, and one contiguous run of the
+// accumulator per tile. A convert
 // kernel reads it back the same way and writes dq = scale * dQ.
 #pragma once
 
@@ -43,10 +44,10 @@ __device__ __forceinline__ void dq_from_staged(Acc& acc, const float* staged, in
 // The writer warps (all 32 lanes take the barriers, lane 0 issues): two,
 // taking the steps in turn (`parity`: this warp's steps are those of that
 // parity), each with its own pair of named barriers (bwd_dq_full /
-// bwd_dq_empty of its steps). Per step: wait for the staged tile, reduce it into the
-// accumulator, and hand the buffer back once the copy has read it (not after
-// the last step: the consumers wait for every hand-back but the first
-// buffer's).
+// bwd_dq_empty of its steps). Per step: wait for the staged tile, reduce it
+// into the accumulator, and hand the buffer back once the copy has read it
+// (not after the last step: the consumers wait for every hand-back but the
+// first buffer's).
 // Deterministic mode: the add waits until every CTA ranked before this one
 // (BwdWork::dq_rank) has counted its own, and is counted once complete, so
 // the float32 sums run in one order whatever the timing. Without masks
@@ -59,7 +60,7 @@ template <class Cfg, class Work>
 __device__ __forceinline__ void bwd_write_dq(const BwdKernelParams<Cfg>& kp, typename Cfg::SharedStorage& ss,
                                              const Work& w, int lane, int parity) {
   constexpr int M = Cfg::kBlockM, D = Cfg::kHeadDim;
-  const int bar_full = kBarDqFull + 2 * parity, bar_empty = kBarDqEmpty + 2 * parity;  // bwd_dq_full / _empty
+  const int bar_full = bwd_dq_full(parity), bar_empty = bwd_dq_empty(parity);
   for (int step = parity; step < w.steps; step += 2) {
     const int h = w.head(step), m = w.m_block(step);
     // (kMasks) A step the producer skipped (bwd_masks.cuh) stages nothing;
