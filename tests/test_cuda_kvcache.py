@@ -131,6 +131,51 @@ def test_append_and_donation(paged):
     assert err < 2e-2
 
 
+@pytest.mark.parametrize("d", _built_dims())
+@pytest.mark.parametrize("paged", [False, True])
+@pytest.mark.parametrize("b,sq,hq,hkv,cap,lens,splits", [
+    (3, 5, 8, 2, 1024, [0, 255, 1022], None),  # empty; across a block edge; 3 rows past the capacity
+    (3, 5, 8, 2, 1024, [0, 255, 1022], 3),     # row 255 in split 1, rows 256.. in split 2
+    (1, 16, 16, 1, 512, [200], 2),             # 256 rows: four row-block CTAs store the same rows
+    (2, 2, 4, 2, 304, [0, 301], None),         # d64: paired heads
+])
+def test_split_kernel_appends_new_rows(monkeypatch, d, paged, b, sq, hq, hkv, cap, lens, splits):
+    """The split kernel stores the new k/v rows of its own keys before reading
+    them: every new row lands once, in whichever split (and row block) holds
+    its position, and rows past the capacity are dropped."""
+    dtype, ps = _built_dtypes()[0], 16
+    if splits is not None:
+        monkeypatch.setenv("JAX_FLASH_DECODE_SPLITS", str(splits))
+        jax.clear_caches()
+    rng, q, kc, vc, kn, vn = _inputs(d + sq + cap, b, sq, hq, hkv, d, cap, dtype)
+    lens = np.asarray(lens, np.int32)
+    kw = {}
+    if paged:
+        kp, pt = to_paged(np.asarray(kc), ps, rng)
+        vp = paged_with_table(np.asarray(vc), pt, ps, kp)
+        kc, vc = jnp.asarray(kp), jnp.asarray(vp)
+        kw["page_table"] = jnp.asarray(pt)
+    ro, _, rk, rv = reference(q, kc, vc, lens, k=kn, v=vn, page_table=kw.get("page_table"))
+    # Under jit the lengths are traced, so rows past the capacity reach the
+    # kernel (concrete lengths that overflow are refused in Python).
+    o, k2, v2 = jax.jit(lambda q, kc, vc, lens, kn, vn: jax_flash.attention_with_kvcache(
+        q, kc, vc, lens, k=kn, v=vn, **kw))(q, kc, vc, jnp.asarray(lens), kn, vn)
+    if paged:
+        from kvcache_reference import dense_view
+        (k2d, _), (v2d, _) = dense_view(k2, pt, cap), dense_view(v2, pt, cap)
+    else:
+        k2d, v2d = np.asarray(k2, np.float32), np.asarray(v2, np.float32)
+    np.testing.assert_array_equal(k2d, rk)
+    np.testing.assert_array_equal(v2d, rv)
+    # ro attends the appended cache, as the kernel must.
+    err = float(np.max(np.abs(np.asarray(o, np.float32) - ro)))
+    naive = float(np.max(np.abs(np.asarray(jnp.asarray(ro).astype(dtype).astype(jnp.float32)) - ro)))
+    assert np.all(np.isfinite(np.asarray(o, np.float32)))
+    assert err <= 4 * naive + 2e-3, f"max error {err} vs naive rounding {naive}"
+    if splits is not None:
+        jax.clear_caches()
+
+
 @pytest.mark.parametrize("opts", [
     dict(local_window_size=100),
     dict(local_window_size=(300, 0), causal=False),

@@ -258,7 +258,7 @@ def test_num_splits_fill_the_sms():
 
 def test_bench_decode_runs_on_cpu(tmp_path):
     """Two runs (--runs 2, as the README's figures): records of both, and a
-    last table with each point's best."""
+    last table with each point's best; --calls 3 times three calls a sample."""
     import json
     import pathlib
     import subprocess
@@ -266,13 +266,13 @@ def test_bench_decode_runs_on_cpu(tmp_path):
 
     script = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "bench_decode.py"
     out = subprocess.run([sys.executable, "-P", str(script), "--shapes", "quick", "--time", "0.01", "--runs", "2",
-                          "--impls", "jax_flash,jax_flash_paged,xla", "--out", str(tmp_path / "d.json")],
+                          "--calls", "3", "--impls", "jax_flash,jax_flash_paged,xla", "--out", str(tmp_path / "d.json")],
                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     recs = json.loads((tmp_path / "d.json").read_text())
     assert {r["impl"] for r in recs} == {"jax_flash", "jax_flash_paged16", "jax_flash_paged256", "xla"}
     assert {r["run"] for r in recs} == {1, 2}
-    assert all(r["gbps"] > 0 for r in recs)
+    assert all(r["gbps"] > 0 and r["calls"] == 3 for r in recs)
     best = [ln for ln in out.stdout.split("best of 2 runs\n")[1].splitlines() if ln.startswith("b=")]
     assert len(best) == 2, out.stdout
     flash = [r["gbps"] for r in recs if r["impl"] == "jax_flash" and r["seqlen_k"] == 2048]
@@ -310,3 +310,28 @@ def test_xla_fallback_matches_reference(monkeypatch, paged, opts):
     np.testing.assert_allclose(np.asarray(lse), np.asarray(wlse), atol=2e-5)
     np.testing.assert_array_equal(np.asarray(k2), np.asarray(wk))
     np.testing.assert_array_equal(np.asarray(v2), np.asarray(wv))
+
+
+def test_ffi_refuses_appending_with_explicit_positions():
+    """The FFI target itself (not only the Python API) refuses new k/v rows for
+    queries at explicit positions: the kernels store new rows where
+    bottom-right queries sit."""
+    from jax_flash import kvcache
+
+    b, sq, h, d, cap = 1, 2, 2, 64, 32
+    q = jnp.ones((b, sq, h, d), jnp.float32)
+    kc = jnp.zeros((b, cap, h, d), jnp.float32)
+    kn = jnp.ones((b, sq, h, d), jnp.float32)
+    f = jax.ffi.ffi_call(
+        kvcache.KVCACHE_APPEND_TARGET,
+        (jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((b, h, sq), jnp.float32),
+         jax.ShapeDtypeStruct(kc.shape, kc.dtype), jax.ShapeDtypeStruct(kc.shape, kc.dtype),
+         jax.ShapeDtypeStruct((1,), jnp.float32)),
+        input_output_aliases={1: 2, 2: 3})
+    with pytest.raises(Exception, match="explicit query positions"):
+        jax.block_until_ready(f(
+            q, kc, kc, jnp.zeros((b,), jnp.int32), kn, kn, num_splits=np.int64(1),
+            scale=np.float32(0.125), causal=True, window_left=np.int64(-1),
+            window_right=np.int64(-1), softcap=np.float32(0),
+            optional_inputs=np.int64(kvcache._NEW_KV | kvcache._POSITIONS),
+            query_offset=np.int64(0)))

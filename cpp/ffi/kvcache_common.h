@@ -70,6 +70,10 @@ inline ffi::Error fill_kvcache(KvcacheParams& p, const ffi::AnyBuffer& q, const 
   const bool append = (present & kKvcacheNewKv) != 0;
   if (append != (kc_out != nullptr))
     return kv_err("k/v to append must come with the appending target, and only there");
+  // New rows sit at the cache's end, where bottom-right queries sit; the
+  // split kernel stores them on that assumption (cpp/cuda/decode/decode_kernel.cuh).
+  if (append && (present & kKvcachePositions))
+    return kv_err("k/v to append cannot be combined with explicit query positions");
   const size_t expected = (append ? 2 : 0) + ((present & kKvcachePageTable) ? 1 : 0) +
                           ((present & kKvcacheAlibi) ? 1 : 0) +
                           ((present & kKvcacheQueryOffsets) ? 1 : 0);

@@ -66,6 +66,39 @@ __device__ __forceinline__ int swz(int r, int c) {
   return r * D + ((c ^ (r & 7)) << 3);
 }
 
+// Appending: stores the new k/v rows of kv head hk whose positions fall in
+// the split's keys [key_lo, key_end) (clipped to the length L) into the
+// cache; returns whether the range held any (uniform over the CTA). Every
+// row block of the split stores the same bytes. The last query sees every
+// new row, so each new row below L lies in exactly one split; rows past the
+// capacity or in an out-of-range page are dropped. A separate append kernel
+// cost a launch a layer (~2 us a graph node in a generate step, H200 trace).
+template <class Element, int D, int kThreads>
+__device__ __forceinline__ bool append_rows(const KvcacheParams& p, int b, int hk, int64_t key_lo,
+                                         int64_t key_end, int64_t L) {
+  constexpr int kChunks = D / 8;
+  const int sq = p.seqlen_q;
+  const int64_t first_new = p.raw_length(b) - sq;  // position of new row 0
+  const int64_t end = key_end < L ? key_end : L;
+  const int64_t i_lo = key_lo > first_new ? key_lo - first_new : 0;
+  const int64_t i_hi = end - first_new < sq ? end - first_new : sq;
+  if (i_hi <= i_lo) return false;
+  const Element* kn = static_cast<const Element*>(p.k_new);
+  const Element* vn = static_cast<const Element*>(p.v_new);
+  Element* kw = static_cast<Element*>(p.k_cache);
+  Element* vw = static_cast<Element*>(p.v_cache);
+  for (int64_t idx = threadIdx.x; idx < (i_hi - i_lo) * kChunks; idx += kThreads) {
+    const int64_t i = i_lo + idx / kChunks;
+    const int c = int(idx % kChunks);
+    const int64_t off = p.cache_offset(b, first_new + i, hk);
+    if (off < 0) continue;
+    const int64_t src = ((int64_t(b) * sq + i) * p.heads_kv + hk) * D + c * 8;
+    *reinterpret_cast<uint4*>(kw + off + c * 8) = *reinterpret_cast<const uint4*>(kn + src);
+    *reinterpret_cast<uint4*>(vw + off + c * 8) = *reinterpret_cast<const uint4*>(vn + src);
+  }
+  return true;
+}
+
 template <class Cfg, bool kPaged, bool kPair>
 __global__ void __launch_bounds__(128) decode_kernel(const KvcacheParams p) {
   using Element = typename Cfg::Element;
@@ -108,6 +141,17 @@ __global__ void __launch_bounds__(128) decode_kernel(const KvcacheParams p) {
   const Element* q = static_cast<const Element*>(p.q);
   const Element* kc = static_cast<const Element*>(p.k_cache);
   const Element* vc = static_cast<const Element*>(p.v_cache);
+
+  // Appending (append_rows, above): this split's share of the new rows goes
+  // into the cache before the copies below read it.
+  if (p.appending() &&
+      append_rows<typename Cfg::Element, D, Cfg::kThreads>(p, b, hk, blk_begin * kBlockN,
+                                                          (blk_begin + n_blocks) * kBlockN, L)) {
+    // The copies read through L2 (cp.async.cg): the stores are visible
+    // there before any thread issues them.
+    __threadfence();
+    __syncthreads();
+  }
 
   // Q rows of this CTA (zero rows past the group), in cp.async group 0.
   // Paired: q heads [0, G / 2) of the group belong to the first kv head and

@@ -1,5 +1,6 @@
-// attention_with_kvcache on CUDA: the append kernel, the combine kernel that
-// merges split partials, and the dispatch on dtype and head dim.
+// attention_with_kvcache on CUDA: the combine kernel that merges split
+// partials, and the dispatch on dtype and head dim. (The split kernel itself
+// appends new k/v rows.)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -33,30 +34,6 @@
 namespace jax_flash::cuda {
 namespace decode {
 namespace {
-
-// k_new / v_new rows into the cache, 16 bytes a thread. Rows past the
-// capacity or in an out-of-range page are dropped.
-__global__ void append_kernel(const KvcacheParams p) {
-  const int chunks = p.head_dim / 8;
-  const int64_t total = int64_t(p.batch) * p.seqlen_q * p.heads_kv * chunks;
-  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total;
-       idx += int64_t(gridDim.x) * blockDim.x) {
-    const int c = int(idx % chunks);
-    const int64_t row = idx / chunks;  // (b, i, h) of k_new
-    const int h = int(row % p.heads_kv);
-    const int i = int((row / p.heads_kv) % p.seqlen_q);
-    const int b = int(row / (int64_t(p.heads_kv) * p.seqlen_q));
-    const int64_t pos = p.raw_length(b) - p.seqlen_q + i;
-    if (pos < 0 || pos >= p.capacity()) continue;
-    const int64_t off = p.cache_offset(b, pos, h);
-    if (off < 0) continue;
-    const int64_t src = row * p.head_dim + c * 8;  // elements (2 bytes each)
-    reinterpret_cast<uint4*>(static_cast<char*>(p.k_cache) + off * 2)[c] =
-        reinterpret_cast<const uint4*>(static_cast<const char*>(p.k_new) + src * 2)[0];
-    reinterpret_cast<uint4*>(static_cast<char*>(p.v_cache) + off * 2)[c] =
-        reinterpret_cast<const uint4*>(static_cast<const char*>(p.v_new) + src * 2)[0];
-  }
-}
 
 // One CTA (4 warps) a query row: lse = logsumexp of the splits' lse, o their
 // lse-weighted sum (partials are normalised), in float32. The warps take
@@ -218,12 +195,6 @@ size_t kvcache_workspace_floats(const KvcacheParams& p) {
 cudaError_t run_kvcache(KvcacheParams p, float* workspace, cudaStream_t stream) {
   if (!kvcache_supports(p.dtype, p.head_dim)) return cudaErrorInvalidValue;
   if (p.batch == 0 || p.seqlen_q == 0) return cudaSuccess;
-  if (p.appending()) {
-    const int64_t total = int64_t(p.batch) * p.seqlen_q * p.heads_kv * (p.head_dim / 8);
-    const int64_t blocks = (total + 255) / 256;
-    decode::append_kernel<<<unsigned(blocks < 65536 ? blocks : 65536), 256, 0, stream>>>(p);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
-  }
   if (p.num_splits > 1) {
     p.o_partial = workspace;
     p.lse_partial =

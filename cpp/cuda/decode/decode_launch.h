@@ -29,9 +29,9 @@ std::vector<int> kvcache_head_dims();
 // nothing for one split.
 size_t kvcache_workspace_floats(const KvcacheParams& params);
 
-// Enqueue append (when k_new is set), the split-KV kernel and, for more than
-// one split, the combine kernel on `stream`. No synchronisation. `workspace`
-// holds kvcache_workspace_floats(params) floats.
+// Enqueue the split-KV kernel (which also appends k_new / v_new when set)
+// and, for more than one split, the combine kernel on `stream`. No
+// synchronisation. `workspace` holds kvcache_workspace_floats(params) floats.
 cudaError_t run_kvcache(KvcacheParams params, float* workspace, cudaStream_t stream);
 
 }  // namespace jax_flash::cuda
