@@ -11,6 +11,12 @@ full cache without a causal mask (a 16-query causal block changes 15 keys of
 
     python benchmarks/bench_decode.py --runs 2 --out benchmarks/results/h100_decode.json
 
+--calls N (default 8) runs N calls, on N different query arrays, inside each
+timed jitted function and reports the time a call: at the 4k cache a call is
+~30 us of GPU time, under the host's dispatch, which then set the figure (one
+H200 run read 961 and 2118 GB/s for the same kernel while XLA's slower one
+read 1108 both times).
+
 --runs N times every shape N times, one pass over all shapes after another, and
 ends with each point's best: on the H100 a point sometimes reads far below its
 other runs (e.g. 701 against 2046 GB/s) for no change of code, for jax_flash and
@@ -78,42 +84,58 @@ def best_of_runs(records):
     return [_line(shape, row, dtype) for (dtype, shape), row in rows.items()]
 
 
-def run(shapes, dtype, impls, reps_s, page_sizes):
+def _calls(fn, n):
+    """fn(q, *rest) n times in one jitted function, on n query arrays, each call
+    ordered after the previous one by an optimization barrier (free at run
+    time): without it XLA merges the XLA implementation's n dots that share K
+    into one and reads the cache once."""
+    def many(qs, *rest):
+        outs = []
+        for q in qs:
+            if outs:
+                q, _ = jax.lax.optimization_barrier((q, outs[-1]))
+            outs.append(fn(q, *rest))
+        return outs
+    return jax.jit(many)
+
+
+def run(shapes, dtype, impls, reps_s, page_sizes, calls=1):
     rng = np.random.default_rng(0)
     records = []
     dev = jax.devices()[0]
     for (b, sq, sk, hq, hkv, d) in shapes:
         key = jax.random.key(b * 7 + sk + d)
         k1, k2, k3 = jax.random.split(key, 3)
-        q = jax.random.normal(k1, (b, sq, hq, d), dtype)
+        qs = tuple(jax.random.normal(jax.random.fold_in(k1, i), (b, sq, hq, d), dtype)
+                   for i in range(calls))
         kc = jax.random.normal(k2, (b, sk, hkv, d), dtype)
         vc = jax.random.normal(k3, (b, sk, hkv, d), dtype)
         lens = jnp.full((b,), sk, jnp.int32)
         kv_bytes = 2 * b * sk * hkv * d * jnp.dtype(dtype).itemsize
         fns = {}
         if "jax_flash" in impls:
-            fns["jax_flash"] = (jax.jit(lambda q, kc, vc, lens: jax_flash.attention_with_kvcache(
-                q, kc, vc, lens, causal=False)), (q, kc, vc, lens))
+            fns["jax_flash"] = (lambda q, kc, vc, lens: jax_flash.attention_with_kvcache(
+                q, kc, vc, lens, causal=False), (kc, vc, lens))
         if "jax_flash_paged" in impls:
             for ps in page_sizes:
                 kp, vp, table = _paged(kc, vc, ps, rng)
-                fns[f"jax_flash_paged{ps}"] = (jax.jit(
+                fns[f"jax_flash_paged{ps}"] = (
                     lambda q, kp, vp, lens, t: jax_flash.attention_with_kvcache(
-                        q, kp, vp, lens, page_table=t, causal=False)), (q, kp, vp, lens, table))
+                        q, kp, vp, lens, page_table=t, causal=False), (kp, vp, lens, table))
         if "jax_flash_attention" in impls:
-            fns["jax_flash_attention"] = (jax.jit(lambda q, k, v: jax_flash.attention(q, k, v)),
-                                          (q, kc, vc))
+            fns["jax_flash_attention"] = (lambda q, k, v: jax_flash.attention(q, k, v), (kc, vc))
         for name in ("cudnn", "xla"):
             if name in impls:
-                fns[name] = (jax.jit(lambda q, k, v, name=name: jax.nn.dot_product_attention(
-                    q, k, v, implementation=name)), (q, kc, vc))
+                fns[name] = (lambda q, k, v, name=name: jax.nn.dot_product_attention(
+                    q, k, v, implementation=name), (kc, vc))
         row = {}
-        for name, (fn, args) in fns.items():
+        for name, (fn, rest) in fns.items():
             rec = dict(impl=name, device=dev.device_kind, dtype=jnp.dtype(dtype).name, batch=b,
                        seqlen_q=sq, seqlen_k=sk, heads=hq, heads_kv=hkv, head_dim=d,
-                       kv_bytes=int(kv_bytes))
+                       kv_bytes=int(kv_bytes), calls=calls)
+            fn = _calls(fn, calls)
             try:
-                t = time_fn(fn, *args, target_s=reps_s)
+                t = time_fn(fn, qs, *rest, target_s=reps_s) / calls
                 rec.update(ms=t * 1e3, gbps=kv_bytes / t / 1e9)
                 row[name] = rec["gbps"]
             except Exception as e:  # an implementation that refuses the shape
@@ -168,6 +190,9 @@ def main(argv=None):
     ap.add_argument("--runs", type=int, default=1,
                     help="time every shape this many times (records carry `run`); a last table "
                          "gives each point's best")
+    ap.add_argument("--calls", type=int, default=8,
+                    help="calls of each implementation inside one timed jitted function "
+                         "(different queries): the host's dispatch stays out of short calls")
     ap.add_argument("--split-sweep", default="",
                     help="comma-separated SHAPES indices: also time forced split counts there")
     args = ap.parse_args(argv)
@@ -191,7 +216,7 @@ def main(argv=None):
             dtype = jnp.dtype(name)
             if not on_gpu:
                 dtype = jnp.dtype(jnp.float32)
-            recs = run(shapes, dtype, impls, args.time, PAGE_SIZES)
+            recs = run(shapes, dtype, impls, args.time, PAGE_SIZES, max(1, args.calls))
             if args.split_sweep and on_gpu and run_index == 1:
                 sweep = [SHAPES[int(i)] for i in args.split_sweep.split(",")]
                 recs += split_sweep(sweep, dtype, (1, 2, 4, 8, 16, 32, 64), args.time)
