@@ -169,6 +169,15 @@ def _kernel_head_dim(d: int, variants: bool) -> int:
     return max(padded, min(larger)) if larger else padded
 
 
+def _atomic_may_order(sq: int, d: int, variants: bool, causal: bool) -> bool:
+    """Whether atomic mode may run the ordered backward (bwd_prefers_order in
+    cpp/cuda/bwd_dispatch.h): plain causal rows <= 1024, plain non-causal
+    rows <= 4096 at head dims <= 128."""
+    if variants:
+        return False
+    return sq <= 1024 if causal else (sq <= 4096 and d <= 128)
+
+
 def _bwd_workspace_floats(q, deterministic: bool, variants: bool, k_shape=None, causal: bool = False) -> int:
     """float32 scratch per leading-batch element for the CUDA backward: rowsum
     D = rowsum(dO * O), plus the float32 dQ accumulator (head_dim padded to the
@@ -176,8 +185,9 @@ def _bwd_workspace_floats(q, deterministic: bool, variants: bool, k_shape=None, 
     may run (padded head dim 64 or 128: plain attention and the masks-only
     variants without segment ids, sized so for every variant there; 256: plain
     attention), which also needs one int32 order counter per 64 query rows; so
-    does atomic mode for plain causal rows of at most 1024 queries, which the
-    Hopper kernels run ordered (bwd_prefers_order in cpp/cuda/bwd_dispatch.h). XLA hands custom
+    does atomic mode for plain causal rows of at most 1024 queries and plain
+    non-causal rows of at most 4096 at head dims up to 128, which the Hopper
+    kernels may run ordered (bwd_prefers_order in cpp/cuda/bwd_dispatch.h). XLA hands custom
     calls no reliable scratch allocator, so it travels as an extra, discarded
     output (on the CPU, whose kernel ignores it, ffi_bwd asks for one float
     instead). The CUDA side rounds each region up to 256 B over the whole batch
@@ -202,7 +212,7 @@ def _bwd_workspace_floats(q, deterministic: bool, variants: bool, k_shape=None, 
     d_pad = _kernel_head_dim(d, variants)
     rows = hq * sq * math.prod(q.shape[:-3])
     slack = 0 if rows % 64 == 0 else 128
-    prefers_order = not deterministic and causal and not variants and sq <= 1024
+    prefers_order = _atomic_may_order(sq, d, variants, causal) and not deterministic
     ordered = (deterministic or prefers_order) and (d_pad in (64, 128) or (d_pad == 256 and not variants))
     accum = d_pad if (ordered or not deterministic) else 0
     counters = hq * -(-sq // 64) + 64 if ordered else 0

@@ -139,6 +139,33 @@ def test_deterministic_backward_is_bitwise_reproducible_and_close_to_atomic(shap
         np.testing.assert_allclose(a, b, atol=3e-2 * np.abs(b).max(), rtol=0)
 
 
+# Atomic mode runs the ordered path on large grids of plain rows (causal <= 1k,
+# non-causal <= 4k at d64 / d128: bwd_prefers_order, >= 8 CTAs an SM): these
+# grids (2048 CTAs) take it on an H100 / H200, so atomic mode must then give
+# exactly the deterministic result, and both match the reference.
+@pytest.mark.parametrize("shape", [(16, 1024, 1024, 16, 16, 128), (16, 1024, 1024, 16, 16, 64),
+                                   (4, 4000, 4000, 16, 16, 128)],
+                         ids=lambda s: "b{}_sq{}_sk{}_h{}-{}_d{}".format(*s))
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_atomic_mode_on_large_plain_grids_runs_ordered(shape, causal):
+    skip_unless_cuda_head_dim(shape[5])
+    if causal and shape[1] > 1024:
+        pytest.skip("causal rows over 1k run atomic")
+    q, k, v, do = _inputs(7, *shape, jnp.bfloat16)
+
+    def grads(deterministic):
+        fn = lambda a, b, c: jax_flash.attention(a, b, c, causal=causal, deterministic=deterministic)
+        return [np.asarray(g) for g in _grads(fn, q, k, v, do)]
+
+    atomic, det = grads(False), grads(True)
+    if gpu_devices()[0].compute_capability == "9.0":  # the Hopper kernels' ordered path
+        for name, a, b in zip("qkv", atomic, det):
+            assert np.array_equal(a, b), f"atomic d{name} is not the ordered (deterministic) result"
+    ref = _ref_grads(q, k, v, do, causal, jnp.float32)
+    naive = _ref_grads(q, k, v, do, causal, jnp.bfloat16)
+    _check(atomic, ref, naive, "atomic, ordered")
+
+
 # Long causal rows, many key tiles (2 x 20 pairs of 65 key tiles: more CTAs
 # than an H100 holds at once), run ten times: every run bitwise equal to the
 # first. Too long for an S x S reference here; the atomic mode is checked

@@ -67,12 +67,15 @@ cudaError_t run_bwd_sm90_wide_hdim(const BwdParams& params, BwdLaunchFlags flags
 inline constexpr int kBwdOrderRows = 64;  // query rows per order counter
 inline size_t bwd_align256(size_t n) { return (n + 255) & ~size_t(255); }
 // Atomic mode may take the Hopper kernels' ordered (deterministic) path for
-// plain causal rows of at most 1k queries, where large grids measured faster
-// (sm90::run_ordered decides; each dQ tile's first add is then a store, so
-// the accumulator is not cleared first). Its counters are in the workspace
+// plain rows where large grids measured it faster: causal rows of at most 1k
+// queries, and non-causal rows of at most 4k at head dims up to 128 (H200,
+// ordered / atomic 1.000-1.027; at d256 and 16k it was slower).
+// sm90::run_ordered decides; each dQ tile's first add is then a store, so
+// the accumulator is not cleared first. Its counters are in the workspace
 // whenever it may; otherwise they go unused.
 inline bool bwd_prefers_order(const BwdParams& p) {
-  return !p.deterministic && p.causal && p.seqlen_q <= 1024 && p.plain_mask();
+  if (p.deterministic || !p.plain_mask()) return false;
+  return p.causal ? p.seqlen_q <= 1024 : p.seqlen_q <= 4096 && p.head_dim <= 128;
 }
 inline bool bwd_det_ordered(const BwdParams& p, int padded_head_dim) {
   return (p.deterministic || bwd_prefers_order(p)) &&

@@ -37,7 +37,8 @@ inline int order_rotation(const BwdParams& p, int block_m, int block_n) {
 // bwd_prefers_order allows and the grid is at least 8 CTAs an SM: H100 bf16
 // fwd+bwd, causal 512 / 1k rows at 15-31 CTAs an SM +3-18%, at 4 or fewer
 // 4-15% slower (the order's waits at the start of the grid are not paid
-// back by the skipped accumulator clear).
+// back by the skipped accumulator clear); H200, non-causal 512-4k rows at
+// 15.5 CTAs an SM, d64 / d128: +0-2.7%.
 inline bool run_ordered(const BwdParams& p, int block_n) {
   if (p.deterministic) return true;
   if (!bwd_prefers_order(p)) return false;
