@@ -99,18 +99,24 @@ def test_pages_smaller_than_the_kernels_row_step_are_refused():
             q, jnp.asarray(kp), jnp.asarray(kp), jnp.asarray([cap, 3], jnp.int32), page_table=jnp.asarray(pt)))
 
 
+def _maybe_paged(kc, vc, page_size, rng, paged):
+    """(k, v, page_table): the caches as they are (table None), or in random
+    pages of page_size rows (v in k's pages)."""
+    if not paged:
+        return kc, vc, None
+    kp, pt = to_paged(np.asarray(kc), page_size, rng)
+    vp = paged_with_table(np.asarray(vc), pt, page_size, kp)
+    return jnp.asarray(kp), jnp.asarray(vp), pt
+
+
 @pytest.mark.parametrize("paged", [False, True])
 def test_append_and_donation(paged):
     dtype, d = _built_dtypes()[0], _built_dims()[0]
     b, sq, hq, hkv, cap, ps = 2, 4, 8, 2, 512, 16
     rng, q, kc, vc, kn, vn = _inputs(11, b, sq, hq, hkv, d, cap, dtype)
     lens = np.asarray([100, cap - sq], np.int32)
-    kw = {}
-    if paged:
-        kp, pt = to_paged(np.asarray(kc), ps, rng)
-        vp = paged_with_table(np.asarray(vc), pt, ps, kp)
-        kc, vc = jnp.asarray(kp), jnp.asarray(vp)
-        kw["page_table"] = jnp.asarray(pt)
+    kc, vc, pt = _maybe_paged(kc, vc, ps, rng, paged)
+    kw = {} if pt is None else {"page_table": jnp.asarray(pt)}
     ro, _, rk, rv = reference(q, kc, vc, lens, k=kn, v=vn, page_table=kw.get("page_table"))
     step = jax.jit(lambda q, kc, vc, lens, kn, vn: jax_flash.attention_with_kvcache(
         q, kc, vc, lens, k=kn, v=vn, **kw), donate_argnums=(1, 2))
@@ -149,12 +155,8 @@ def test_split_kernel_appends_new_rows(monkeypatch, d, paged, b, sq, hq, hkv, ca
         jax.clear_caches()
     rng, q, kc, vc, kn, vn = _inputs(d + sq + cap, b, sq, hq, hkv, d, cap, dtype)
     lens = np.asarray(lens, np.int32)
-    kw = {}
-    if paged:
-        kp, pt = to_paged(np.asarray(kc), ps, rng)
-        vp = paged_with_table(np.asarray(vc), pt, ps, kp)
-        kc, vc = jnp.asarray(kp), jnp.asarray(vp)
-        kw["page_table"] = jnp.asarray(pt)
+    kc, vc, pt = _maybe_paged(kc, vc, ps, rng, paged)
+    kw = {} if pt is None else {"page_table": jnp.asarray(pt)}
     ro, _, rk, rv = reference(q, kc, vc, lens, k=kn, v=vn, page_table=kw.get("page_table"))
     # Under jit the lengths are traced, so rows past the capacity reach the
     # kernel (concrete lengths that overflow are refused in Python).
