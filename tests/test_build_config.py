@@ -158,7 +158,7 @@ def _atomic_may_order(sq, d, variants, causal):
     return not variants and (sq <= 1024 if causal else (sq <= 4096 and d <= 128))
 
 
-def _cuda_workspace_bytes(batch, hq, sq, d_pad, deterministic, variants, causal, d=None):
+def _cuda_workspace_bytes(batch, hq, sq, d, d_pad, deterministic, variants, causal):
     """cpp/cuda/bwd_dispatch.h: each region rounded up to 256 B over the batch;
     deterministic mode keeps the accumulator, plus order counters, at 64/128
     and at 256 without variants, and so does atomic mode for plain causal rows
@@ -167,7 +167,7 @@ def _cuda_workspace_bytes(batch, hq, sq, d_pad, deterministic, variants, causal,
     padded per head to whole 128-row tiles."""
     up = lambda n: (n + 255) // 256 * 256
     rows = batch * hq * sq
-    prefers_order = not deterministic and _atomic_may_order(sq, d_pad if d is None else d, variants, causal)
+    prefers_order = not deterministic and _atomic_may_order(sq, d, variants, causal)
     ordered = (deterministic or prefers_order) and (d_pad in (64, 128) or (d_pad == 256 and not variants))
     accum = up(4 * batch * hq * -(-sq // 128) * 128 * d_pad) if (ordered or not deterministic) else 0
     counters = up(4 * batch * hq * -(-sq // 64)) if ordered else 0
@@ -191,13 +191,13 @@ def test_workspace_covers_the_cuda_layout_with_no_slack_when_aligned(lead, sq, h
     batch = math.prod(lead)
     d_pad = partitioning._kernel_head_dim(d, variants)
     have = 4 * batch * partitioning._bwd_workspace_floats(q, deterministic, variants, causal=causal)
-    need = _cuda_workspace_bytes(batch, hq, sq, d_pad, deterministic, variants, causal, d)
+    need = _cuda_workspace_bytes(batch, hq, sq, d, d_pad, deterministic, variants, causal)
     assert have >= need
     ordered = deterministic or _atomic_may_order(sq, d, variants, causal)
     if (batch * hq * sq) % 64 == 0 and not ordered:  # the FA2 grid's shapes: exactly what runs, as cuDNN
         assert have == need
     # vmap adds a leading axis XLA multiplies in; the slack must still cover it
-    assert 7 * have >= _cuda_workspace_bytes(7 * batch, hq, sq, d_pad, deterministic, variants, causal, d)
+    assert 7 * have >= _cuda_workspace_bytes(7 * batch, hq, sq, d, d_pad, deterministic, variants, causal)
 
 
 def _tf32_scratch_bytes(batch, sq, sk, hq, hkv, d):
