@@ -69,6 +69,30 @@ def test_contiguous_matches_reference(dtype, d, b, sq, hq, hkv, cap, lens):
     _check(o, q, kc, vc, lens, dtype, lse=lse)
 
 
+@pytest.mark.parametrize("d", _built_dims())
+@pytest.mark.parametrize("b,sq,hq,hkv,cap,lens,splits", [
+    (2, 1, 8, 8, 3000, [2999, 0], 2),      # one row a kv head; an empty sequence
+    (2, 1, 8, 8, 3000, [2999, 700], 37),   # splits past the sequence's blocks stay empty
+    (1, 16, 32, 8, 1500, [1484], 7),       # 64 rows a CTA
+    (2, 3, 10, 2, 900, [900, 1], 1024),    # 15 rows; the most splits the FFI takes
+])
+def test_split_partials_merge_at_any_split_count(monkeypatch, d, b, sq, hq, hkv, cap, lens, splits):
+    """The combine kernel merges every split's partial o and lse (empty splits
+    included), and every element of o, lse and the partials is written on
+    every call (they start as NaN bytes); a second call gives the same bits."""
+    dtype = _built_dtypes()[0]
+    monkeypatch.setenv("JAX_FLASH_DECODE_SPLITS", str(splits))
+    _, q, kc, vc, _, _ = _inputs(d + splits, b, sq, hq, hkv, d, cap, dtype)
+    lens = jnp.asarray(lens, jnp.int32)
+    run = jax.jit(lambda q, kc, vc, lens: jax_flash.attention_with_kvcache(
+        q, kc, vc, lens, return_lse=True))
+    o, lse = run(q, kc, vc, lens)
+    _check(o, q, kc, vc, lens, dtype, lse=lse)
+    o2, lse2 = run(q, kc, vc, lens)
+    np.testing.assert_array_equal(np.asarray(o2, np.float32), np.asarray(o, np.float32))
+    np.testing.assert_array_equal(np.asarray(lse2), np.asarray(lse))
+
+
 @pytest.mark.parametrize("dtype", _built_dtypes())
 @pytest.mark.parametrize("d", _built_dims())
 @pytest.mark.parametrize("page_size", [16, 64, 256])

@@ -16,6 +16,9 @@ inline int device_attribute(cudaDeviceAttr attr) {
   return value;
 }
 
+// Programmatic dependent launch (compute capability >= 9.0).
+inline bool pdl_supported() { return device_attribute(cudaDevAttrComputeCapabilityMajor) >= 9; }
+
 // The current device's SM count (0 if CUDA cannot say), cached per device:
 // the persistent grids ask for it on every launch.
 inline int sm_count() {

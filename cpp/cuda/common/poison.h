@@ -11,6 +11,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "kvcache_params.h"
 #include "params.h"
 
 namespace jax_flash::cuda {
@@ -61,6 +62,18 @@ inline cudaError_t poison_bwd_outputs(const BwdParams& p, cudaStream_t stream) {
   if (err == cudaSuccess)
     err = poison(p.dv, strided_span_bytes(p.batch, p.seqlen_k, p.heads_kv, p.head_dim, p.dv_batch_stride,
                                           p.dv_row_stride, p.dv_head_stride, e), stream);
+  return err;
+}
+
+// o and lse of a KV-cache call, and the split partials the combine kernel
+// merges (set in p), when poisoning is on.
+inline cudaError_t poison_kvcache_outputs(const KvcacheParams& p, cudaStream_t stream) {
+  if (!poison_outputs_enabled()) return cudaSuccess;
+  const size_t rows = size_t(p.batch) * p.seqlen_q * p.heads_q;
+  cudaError_t err = poison(p.o, rows * p.head_dim * element_bytes(p.dtype), stream);
+  if (err == cudaSuccess) err = poison(p.lse, rows * sizeof(float), stream);
+  if (err == cudaSuccess && p.num_splits > 1)
+    err = poison(p.o_partial, size_t(p.num_splits) * rows * (p.head_dim + 1) * sizeof(float), stream);
   return err;
 }
 

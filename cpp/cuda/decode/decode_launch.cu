@@ -8,6 +8,7 @@
 
 #include "cuda/common/device.h"  // device_attribute
 #include "cuda/common/dtypes.h"
+#include "cuda/common/poison.h"
 #include "cuda/decode/decode_dispatch.h"
 #include "cuda/decode/decode_launch.h"
 #include "cuda/decode/decode_ptx.cuh"
@@ -36,12 +37,16 @@ namespace decode {
 namespace {
 
 // One CTA (4 warps) a query row: lse = logsumexp of the splits' lse, o their
-// lse-weighted sum (partials are normalised), in float32. The warps take
-// every 4th split and keep several splits' loads in flight (a warp walking
-// 32 splits one load at a time was latency bound: ~20 us at batch 1, 128k).
+// lse-weighted sum (partials are normalised), in float32. The CTA starts once
+// the split grid has drained, so its time is mostly memory round trips: the
+// first kFirst splits of each warp are loaded at once with the lse values
+// (a lane a split), before any of them is needed; later splits, every 4th a
+// warp, keep several loads in flight (a warp walking 32 splits one load at a
+// time was latency bound: ~20 us at batch 1, 128k).
 template <class Element, int D>
 __global__ void __launch_bounds__(128) combine_kernel(const KvcacheParams p) {
-  constexpr int kPer = D / 32, kWarps = 4;
+  constexpr int kPer = D / 32, kWarps = 4, kFirst = 4;
+  static_assert(kFirst * kWarps <= 32, "the first splits' lse sit in lanes");
   __shared__ float red[kWarps][D];
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // Launched as a programmatic dependent of the split kernel: wait until it
@@ -52,27 +57,50 @@ __global__ void __launch_bounds__(128) combine_kernel(const KvcacheParams p) {
   const int64_t row = blockIdx.x;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int S = p.num_splits;
-  float mx = -INFINITY;
-  for (int s = lane; s < S; s += 32) mx = fmaxf(mx, p.lse_partial[s * rows + row]);
+  const float* lse_p = p.lse_partial + row;
+  const float* o_p = p.o_partial + row * D + lane * kPer;
+  float x[kFirst][kPer];
+#pragma unroll
+  for (int k = 0; k < kFirst; ++k) {
+    const int s = warp + k * kWarps;
+#pragma unroll
+    for (int e = 0; e < kPer; e += 2) {
+      const float2 v = s < S ? *reinterpret_cast<const float2*>(o_p + s * rows * D + e) : make_float2(0.f, 0.f);
+      x[k][e] = v.x;
+      x[k][e + 1] = v.y;
+    }
+  }
+  const float ls = lane < S ? lse_p[lane * rows] : -INFINITY;  // split `lane`'s lse
+  float mx = ls;
+  for (int s = lane + 32; s < S; s += 32) mx = fmaxf(mx, lse_p[s * rows]);
   for (int o = 16; o; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
   float sum = 0.f;
-  if (mx != -INFINITY)
-    for (int s = lane; s < S; s += 32) sum += __expf(p.lse_partial[s * rows + row] - mx);
+  if (mx != -INFINITY) {
+    sum = __expf(ls - mx);  // an absent split: 0
+    for (int s = lane + 32; s < S; s += 32) sum += __expf(lse_p[s * rows] - mx);
+  }
   for (int o = 16; o; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
   const float lse = sum > 0.f ? mx + __logf(sum) : -INFINITY;
   float out[kPer];
 #pragma unroll
   for (int e = 0; e < kPer; ++e) out[e] = 0.f;
   if (sum > 0.f) {
+#pragma unroll
+    for (int k = 0; k < kFirst; ++k) {
+      const int s = warp + k * kWarps;
+      const float w = __expf(__shfl_sync(0xffffffffu, ls, s) - lse);  // empty split: 0
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) out[e] += w * x[k][e];
+    }
 #pragma unroll 4
-    for (int s = warp; s < S; s += kWarps) {
-      const float w = __expf(p.lse_partial[s * rows + row] - lse);  // empty split: 0
-      const float* src = p.o_partial + (s * rows + row) * D + lane * kPer;
+    for (int s = warp + kFirst * kWarps; s < S; s += kWarps) {
+      const float w = __expf(lse_p[s * rows] - lse);
+      const float* src = o_p + s * rows * D;
 #pragma unroll
       for (int e = 0; e < kPer; e += 2) {
-        const float2 x = *reinterpret_cast<const float2*>(src + e);
-        out[e] += w * x.x;
-        out[e + 1] += w * x.y;
+        const float2 v = *reinterpret_cast<const float2*>(src + e);
+        out[e] += w * v.x;
+        out[e + 1] += w * v.y;
       }
     }
   }
@@ -109,9 +137,6 @@ constexpr bool decode_hdim_compiled() {
 
 template <DType t>
 using ElementOf = std::conditional_t<t == DType::kBFloat16, __nv_bfloat16, __half>;
-
-// Compute capability >= 9.0 on the current device (PDL).
-bool pdl_supported() { return device_attribute(cudaDevAttrComputeCapabilityMajor) >= 9; }
 
 // Paired heads (decode_kernel.cuh): two d 64 kv heads run as one of 128
 // when the kv heads pair up and the pair's rows fit one 16-row tile (H100,
@@ -200,6 +225,7 @@ cudaError_t run_kvcache(KvcacheParams p, float* workspace, cudaStream_t stream) 
     p.lse_partial =
         workspace + size_t(p.num_splits) * p.batch * p.heads_q * p.seqlen_q * p.head_dim;
   }
+  if (const cudaError_t err = poison_kvcache_outputs(p, stream); err != cudaSuccess) return err;
   return with_dtype(p.dtype, [&](auto t) -> cudaError_t {
     using Element = decode::ElementOf<decltype(t)::value>;
     switch (p.head_dim) {
