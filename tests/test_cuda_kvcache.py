@@ -25,21 +25,20 @@ def _built_dims():
     return list(_ffi.cuda_kvcache_head_dims()) or [128]
 
 
-def _err_vs_naive(out, q, kc, vc, lens, dtype, **kw):
-    """(kernel error, naive error) against the float32 reference: the naive
-    attention rounds the probabilities and the output to `dtype`, as any
-    16-bit kernel must."""
-    ro, rlse, _, _ = reference(q, kc, vc, lens, **kw)
+def _assert_near(out, ro, dtype):
+    """out is finite and within a small factor of the naive error against the
+    float32 reference ro: the naive attention rounds the probabilities and the
+    output to `dtype`, as any 16-bit kernel must."""
     err = float(np.max(np.abs(np.asarray(out, np.float32) - ro)))
     rounded = np.asarray(jnp.asarray(ro).astype(dtype).astype(jnp.float32))
     naive = float(np.max(np.abs(rounded - ro)))
-    return err, naive, rlse
+    assert np.all(np.isfinite(np.asarray(out, np.float32)))
+    assert err <= 4 * naive + 2e-3, f"max error {err} vs naive rounding {naive}"
 
 
 def _check(out, q, kc, vc, lens, dtype, lse=None, **kw):
-    err, naive, rlse = _err_vs_naive(out, q, kc, vc, lens, dtype, **kw)
-    assert np.all(np.isfinite(np.asarray(out, np.float32)))
-    assert err <= 4 * naive + 2e-3, f"max error {err} vs naive rounding {naive}"
+    ro, rlse, _, _ = reference(q, kc, vc, lens, **kw)
+    _assert_near(out, ro, dtype)
     if lse is not None:
         lse = np.asarray(lse)
         assert np.array_equal(np.isneginf(lse), np.isneginf(rlse))
@@ -193,11 +192,7 @@ def test_split_kernel_appends_new_rows(monkeypatch, d, paged, b, sq, hq, hkv, ca
         k2d, v2d = np.asarray(k2, np.float32), np.asarray(v2, np.float32)
     np.testing.assert_array_equal(k2d, rk)
     np.testing.assert_array_equal(v2d, rv)
-    # ro attends the appended cache, as the kernel must.
-    err = float(np.max(np.abs(np.asarray(o, np.float32) - ro)))
-    naive = float(np.max(np.abs(np.asarray(jnp.asarray(ro).astype(dtype).astype(jnp.float32)) - ro)))
-    assert np.all(np.isfinite(np.asarray(o, np.float32)))
-    assert err <= 4 * naive + 2e-3, f"max error {err} vs naive rounding {naive}"
+    _assert_near(o, ro, dtype)  # ro attends the appended cache, as the kernel must
     if splits is not None:
         jax.clear_caches()
 

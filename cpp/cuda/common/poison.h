@@ -65,15 +65,14 @@ inline cudaError_t poison_bwd_outputs(const BwdParams& p, cudaStream_t stream) {
   return err;
 }
 
-// o and lse of a KV-cache call, and the split partials the combine kernel
-// merges (set in p), when poisoning is on.
-inline cudaError_t poison_kvcache_outputs(const KvcacheParams& p, cudaStream_t stream) {
+// o and lse of a KV-cache call, and the `partial_floats` of split partials
+// from p.o_partial on (kvcache_workspace_floats), when poisoning is on.
+inline cudaError_t poison_kvcache_outputs(const KvcacheParams& p, size_t partial_floats, cudaStream_t stream) {
   if (!poison_outputs_enabled()) return cudaSuccess;
   const size_t rows = size_t(p.batch) * p.seqlen_q * p.heads_q;
   cudaError_t err = poison(p.o, rows * p.head_dim * element_bytes(p.dtype), stream);
   if (err == cudaSuccess) err = poison(p.lse, rows * sizeof(float), stream);
-  if (err == cudaSuccess && p.num_splits > 1)
-    err = poison(p.o_partial, size_t(p.num_splits) * rows * (p.head_dim + 1) * sizeof(float), stream);
+  if (err == cudaSuccess) err = poison(p.o_partial, partial_floats * sizeof(float), stream);
   return err;
 }
 

@@ -225,7 +225,8 @@ cudaError_t run_kvcache(KvcacheParams p, float* workspace, cudaStream_t stream) 
     p.lse_partial =
         workspace + size_t(p.num_splits) * p.batch * p.heads_q * p.seqlen_q * p.head_dim;
   }
-  if (const cudaError_t err = poison_kvcache_outputs(p, stream); err != cudaSuccess) return err;
+  if (const cudaError_t err = poison_kvcache_outputs(p, kvcache_workspace_floats(p), stream); err != cudaSuccess)
+    return err;
   return with_dtype(p.dtype, [&](auto t) -> cudaError_t {
     using Element = decode::ElementOf<decltype(t)::value>;
     switch (p.head_dim) {
