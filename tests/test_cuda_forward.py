@@ -103,7 +103,7 @@ HEAD_DIMS = [32, 40, 64, 80, 96, 128, 160, 192, 224, 256, 33]
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("head_dim", HEAD_DIMS)
 def test_cuda_forward_matches_reference_every_head_dim(head_dim, dtype, causal):
-    skip_unless_cuda_head_dim(head_dim)
+    skip_unless_cuda_head_dim(head_dim, variants=head_dim % 8 != 0)  # (element-wise rows: the variants kernels)
     _check(2, 129, 200, 4, 2, head_dim, dtype, causal)
 
 
