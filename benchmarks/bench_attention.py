@@ -10,10 +10,11 @@ writes JSON records with keys impl, device, dtype, batch, seqlen_q, seqlen_k,
 heads, heads_kv, head_dim, causal, mode, ms, tflops (plus temp_mib for fwd_bwd
 where XLA reports it).
 
---runs N times every point N times, the implementations in turn each time, and
-keeps each implementation's best (ms, tflops; every run's ms in runs_ms): the
-same kernel can read ~5% apart from one timing to the next on a shared H100 /
-H200, for every implementation alike.
+--runs N times every point N times, the implementations in turn each time (every
+other time in reverse order: the one timed first after a pause can read a few %
+high), and keeps each implementation's best (ms, tflops; every run's ms in
+runs_ms): the same kernel can read ~5% apart from one timing to the next on a
+shared H100 / H200, for every implementation alike.
 
     python benchmarks/bench_attention.py --out benchmarks/results/h100_grid.json
 """
@@ -152,8 +153,10 @@ def main(argv=None):
                     if runs > 1:
                         for name in timed:
                             row[name]["runs_ms"] = [row[name]["ms"]]
-                        for _ in range(runs - 1):
-                            for name, f in timed.items():
+                        for r in range(1, runs):
+                            # (every other run in reverse order: see --runs above)
+                            order = list(timed.items())
+                            for name, f in (reversed(order) if r % 2 else order):
                                 row[name]["runs_ms"].append(time_fn(f, q, k, v) * 1e3)
                     for name, f in timed.items():
                         rec = row[name]
