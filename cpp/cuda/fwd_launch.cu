@@ -19,8 +19,8 @@ namespace {
 bool vector_ok(const FwdParams& p) { return fwd_vector_ok(p); }
 
 template <DType kDType>
-cudaError_t dispatch_hdim(const FwdParams& p, bool vec, cudaStream_t stream) {
-  if (p.plain_mask() && vec)
+cudaError_t dispatch_hdim(const FwdParams& p, bool variants, bool vec, cudaStream_t stream) {
+  if (!variants)
     return dispatch_head_dim(p.head_dim, [&](auto d) {
       return run_fwd_hdim<kDType, decltype(d)::value>(p, stream);
     });
@@ -38,6 +38,8 @@ bool supports(DType dtype, int head_dim, bool variants) {
          (variants ? round_variant_head_dim(head_dim) : round_head_dim(head_dim)) != 0;
 }
 
+bool fwd_uses_variants(const FwdParams& p) { return !p.plain_mask() || !vector_ok(p); }
+
 bool dtype_built(DType dtype) { return dtype_compiled(dtype); }
 
 std::vector<int> head_dims(bool variants) {
@@ -48,7 +50,8 @@ std::vector<int> head_dims(bool variants) {
 }
 
 cudaError_t run_fwd(const FwdParams& p, cudaStream_t stream) {
-  if (!supports(p.dtype, p.head_dim, !p.plain_mask())) return cudaErrorInvalidValue;
+  const bool variants = fwd_uses_variants(p);
+  if (!supports(p.dtype, p.head_dim, variants)) return cudaErrorInvalidValue;
   if (p.batch < 0 || p.seqlen_q < 0 || p.seqlen_k < 0 || p.heads_q < 0 || p.heads_kv <= 0 ||
       p.heads_q % p.heads_kv != 0)
     return cudaErrorInvalidValue;
@@ -57,7 +60,7 @@ cudaError_t run_fwd(const FwdParams& p, cudaStream_t stream) {
   if (!p.q || !p.o || !p.lse || (p.seqlen_k > 0 && (!p.k || !p.v))) return cudaErrorInvalidValue;
   if (const cudaError_t err = poison_fwd_outputs(p, stream); err != cudaSuccess) return err;
   const bool vec = vector_ok(p);
-  return with_dtype(p.dtype, [&](auto t) { return dispatch_hdim<decltype(t)::value>(p, vec, stream); });
+  return with_dtype(p.dtype, [&](auto t) { return dispatch_hdim<decltype(t)::value>(p, variants, vec, stream); });
 }
 
 }  // namespace jax_flash::cuda

@@ -17,6 +17,12 @@ namespace jax_flash::cuda {
 // built for fewer head dims (cuda/common/head_dims.h).
 bool supports(DType dtype, int head_dim, bool variants);
 
+// Whether the forward runs on the variants kernels: options beyond plain
+// causal / full attention, or rows it cannot move in 16-byte vectors (head
+// dims off the 8-element grid, unaligned rows), which those kernels copy
+// element-wise.
+bool fwd_uses_variants(const FwdParams& params);
+
 // Whether this build has kernels for the 16-bit dtype (JAX_FLASH_CUDA_DTYPES).
 bool dtype_built(DType dtype);
 

@@ -35,16 +35,15 @@ ffi::Error check_supported_f32(const FwdParams& p, bool f32_full) {
   return ffi::Error::Success();
 }
 
-// forward: the forward moves rows of head dims off the 8-element grid
-// element-wise on its variants kernels (which a trimmed build may lack);
-// the backward's plain kernels take them.
-ffi::Error check_supported(const FwdParams& p, bool f32_full, bool forward) {
+// variants: the call runs on the variants kernels, which a trimmed build may
+// lack (the forward: cuda::fwd_uses_variants; the backward's plain kernels
+// take any rows, so only its options count).
+ffi::Error check_supported(const FwdParams& p, bool f32_full, bool variants) {
   if (p.dtype == DType::kFloat32) return check_supported_f32(p, f32_full);
   if (!cuda::dtype_built(p.dtype))
     return ffi::Error::InvalidArgument(std::string("jax_flash: no CUDA ") +
                                        (p.dtype == DType::kFloat16 ? "float16" : "bfloat16") +
                                        " kernels in this build (see JAX_FLASH_CUDA_DTYPES)");
-  const bool variants = !p.plain_mask() || (forward && p.head_dim % 8 != 0);
   if (!cuda::supports(p.dtype, p.head_dim, variants)) {
     std::string dims;
     for (int d : cuda::head_dims(variants)) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
@@ -73,7 +72,7 @@ ffi::Error FwdCuda(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi:
       e.failure())
     return e;
   if (!same_shape(q, *o)) return mismatch("o must be shaped like q", q, *o);
-  if (auto e = check_supported(p, f32_full, true); e.failure()) return e;
+  if (auto e = check_supported(p, f32_full, cuda::fwd_uses_variants(p)); e.failure()) return e;
   // float32: the scratch also holds the Hopper TF32 kernel's K / V copies
   // (sized by the Python side; smaller scratch runs the mma.sync kernel).
   if (p.dtype == DType::kFloat32)
@@ -96,7 +95,7 @@ ffi::Error BwdCuda(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi:
                           optional_inputs, f32_full}, deterministic);
       e.failure())
     return e;
-  if (auto e = check_supported(p, f32_full, false); e.failure()) return e;
+  if (auto e = check_supported(p, f32_full, !p.plain_mask()); e.failure()) return e;
   const bool f32 = p.dtype == DType::kFloat32;
   // Scratch comes as an extra output sized by the Python side (XLA's scratch
   // allocator is not available to every custom call).
