@@ -21,6 +21,10 @@ read 1108 both times).
 ends with each point's best: on the H100 a point sometimes reads far below its
 other runs (e.g. 701 against 2046 GB/s) for no change of code, for jax_flash and
 the others alike, so the README quotes each point's better of two runs.
+
+--read-ceiling FILE takes benchmarks/hbm_read.cu's records (a plain streaming
+read's best GB/s on the GPU at each size) and prints jax_flash's and cuDNN's
+share of it: decode is a read of the cache, so that is the bound.
 """
 
 from __future__ import annotations
@@ -63,25 +67,42 @@ def _paged(kc, vc, page_size, rng):
     return kp, vp, table
 
 
-def _line(key, row, dtype_name):
+def _line(key, row, dtype_name, ceiling=None):
     b, sq, sk, hq, hkv, d = key
     ref = row.get("cudnn")
     cells = [f"{n}={v:7.0f}" for n, v in row.items()]
     ratio = f"  jf/cudnn={row['jax_flash'] / ref:.2f}" if ref and "jax_flash" in row else ""
+    if ceiling:
+        ratio += f"  read ceiling {ceiling:.0f}: " + " ".join(
+            f"{n}={row[n] / ceiling:.2f}" for n in ("jax_flash", "cudnn") if n in row)
     return (f"b={b:3d} sq={sq:2d} sk={sk:6d} h={hq}:{hkv} d={d:3d} {dtype_name}  GB/s "
             + " ".join(cells) + ratio)
 
 
+def read_ceiling(path, device, kv_bytes):
+    """The plain-read GB/s that benchmarks/hbm_read.cu measured on `device` at
+    the buffer size nearest kv_bytes (None without a record for the device)."""
+    if not path:
+        return None
+    with open(path) as f:
+        recs = [r for r in json.load(f) if r["device"] == device]
+    if not recs:
+        return None
+    return min(recs, key=lambda r: abs(np.log(r["bytes"] / kv_bytes)))["read_gbps"]
+
+
 def best_of_runs(records):
     """Each (dtype, shape, impl)'s highest GB/s over the runs, as table lines."""
-    rows = {}
+    rows, ceilings = {}, {}
     for r in records:
         if "gbps" not in r or "sweep" in r:
             continue
         key = (r["dtype"], (r["batch"], r["seqlen_q"], r["seqlen_k"], r["heads"], r["heads_kv"], r["head_dim"]))
         row = rows.setdefault(key, {})
         row[r["impl"]] = max(row.get(r["impl"], 0.0), r["gbps"])
-    return [_line(shape, row, dtype) for (dtype, shape), row in rows.items()]
+        if r.get("read_ceiling_gbps"):
+            ceilings[key] = r["read_ceiling_gbps"]
+    return [_line(shape, row, dtype, ceilings.get((dtype, shape))) for (dtype, shape), row in rows.items()]
 
 
 def _calls(fn, n):
@@ -99,7 +120,7 @@ def _calls(fn, n):
     return jax.jit(many)
 
 
-def run(shapes, dtype, impls, reps_s, page_sizes, calls=1):
+def run(shapes, dtype, impls, reps_s, page_sizes, calls=1, ceiling_path=None):
     rng = np.random.default_rng(0)
     records = []
     dev = jax.devices()[0]
@@ -112,6 +133,7 @@ def run(shapes, dtype, impls, reps_s, page_sizes, calls=1):
         vc = jax.random.normal(k3, (b, sk, hkv, d), dtype)
         lens = jnp.full((b,), sk, jnp.int32)
         kv_bytes = 2 * b * sk * hkv * d * jnp.dtype(dtype).itemsize
+        ceiling = read_ceiling(ceiling_path, dev.device_kind, kv_bytes)
         fns = {}
         if "jax_flash" in impls:
             fns["jax_flash"] = (lambda q, kc, vc, lens: jax_flash.attention_with_kvcache(
@@ -133,6 +155,8 @@ def run(shapes, dtype, impls, reps_s, page_sizes, calls=1):
             rec = dict(impl=name, device=dev.device_kind, dtype=jnp.dtype(dtype).name, batch=b,
                        seqlen_q=sq, seqlen_k=sk, heads=hq, heads_kv=hkv, head_dim=d,
                        kv_bytes=int(kv_bytes), calls=calls)
+            if ceiling:
+                rec["read_ceiling_gbps"] = ceiling
             fn = _calls(fn, calls)
             try:
                 t = time_fn(fn, qs, *rest, target_s=reps_s) / calls
@@ -142,33 +166,37 @@ def run(shapes, dtype, impls, reps_s, page_sizes, calls=1):
                 rec.update(error=f"{type(e).__name__}: {str(e).splitlines()[0][:200]}")
             records.append(rec)
             del fn
-        print(_line((b, sq, sk, hq, hkv, d), row, jnp.dtype(dtype).name), flush=True)
+        print(_line((b, sq, sk, hq, hkv, d), row, jnp.dtype(dtype).name, ceiling), flush=True)
     return records
 
 
-def split_sweep(shapes, dtype, splits, reps_s):
+def split_sweep(shapes, dtype, splits, reps_s, calls=1):
     """jax_flash contiguous at forced split counts (JAX_FLASH_DECODE_SPLITS is
     read when tracing): where the automatic choice sits against the others."""
     import os
 
-    from jax_flash.kvcache import num_splits
+    from jax_flash.kvcache import _pairs_heads, num_splits
 
     records = []
     for (b, sq, sk, hq, hkv, d) in shapes:
         k1, k2, k3 = jax.random.split(jax.random.key(sk + d), 3)
-        q = jax.random.normal(k1, (b, sq, hq, d), dtype)
+        qs = tuple(jax.random.normal(jax.random.fold_in(k1, i), (b, sq, hq, d), dtype)
+                   for i in range(calls))
         kc = jax.random.normal(k2, (b, sk, hkv, d), dtype)
         vc = jax.random.normal(k3, (b, sk, hkv, d), dtype)
         lens = jnp.full((b,), sk, jnp.int32)
         kv_bytes = 2 * b * sk * hkv * d * jnp.dtype(dtype).itemsize
-        auto = num_splits(b, sq, hq, hkv, d, sk, getattr(jax.devices()[0], "core_count", 132) or 132)
+        # The kernel's own view: d64 kv heads in pairs run as d128 heads.
+        pair = _pairs_heads(sq, hq, hkv, d)
+        auto = num_splits(b, sq, hq, hkv // 2 if pair else hkv, 128 if pair else d, sk,
+                          getattr(jax.devices()[0], "core_count", 132) or 132)
         cells = []
         for n in sorted(set(splits) | {auto}):
             os.environ["JAX_FLASH_DECODE_SPLITS"] = str(n)
             try:
-                fn = jax.jit(lambda q, kc, vc, lens: jax_flash.attention_with_kvcache(
-                    q, kc, vc, lens, causal=False))
-                t = time_fn(fn, q, kc, vc, lens, target_s=reps_s)
+                fn = _calls(lambda q, kc, vc, lens: jax_flash.attention_with_kvcache(
+                    q, kc, vc, lens, causal=False), calls)
+                t = time_fn(fn, qs, kc, vc, lens, target_s=reps_s) / calls
             finally:
                 del os.environ["JAX_FLASH_DECODE_SPLITS"]
             gbps = kv_bytes / t / 1e9
@@ -193,6 +221,9 @@ def main(argv=None):
     ap.add_argument("--calls", type=int, default=8,
                     help="calls of each implementation inside one timed jitted function "
                          "(different queries): the host's dispatch stays out of short calls")
+    ap.add_argument("--read-ceiling", metavar="JSON",
+                    help="benchmarks/hbm_read.cu's records: print each point's share of this GPU's "
+                         "plain-read GB/s at that size (and keep it in the records)")
     ap.add_argument("--split-sweep", default="",
                     help="comma-separated SHAPES indices: also time forced split counts there")
     args = ap.parse_args(argv)
@@ -216,10 +247,10 @@ def main(argv=None):
             dtype = jnp.dtype(name)
             if not on_gpu:
                 dtype = jnp.dtype(jnp.float32)
-            recs = run(shapes, dtype, impls, args.time, PAGE_SIZES, max(1, args.calls))
+            recs = run(shapes, dtype, impls, args.time, PAGE_SIZES, max(1, args.calls), args.read_ceiling)
             if args.split_sweep and on_gpu and run_index == 1:
                 sweep = [SHAPES[int(i)] for i in args.split_sweep.split(",")]
-                recs += split_sweep(sweep, dtype, (1, 2, 4, 8, 16, 32, 64), args.time)
+                recs += split_sweep(sweep, dtype, (1, 2, 4, 8, 16, 32, 64), args.time, max(1, args.calls))
             for r in recs:
                 r["run"] = run_index
             records += recs
