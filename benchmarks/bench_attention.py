@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jax_flash
-from jax_flash.timing import attention_flops, time_fn
+from jax_flash.timing import attention_flops, time_fn, warn_if_xla_untuned
 
 
 def _pallas_mha():
@@ -113,6 +113,7 @@ def main(argv=None):
                     help="time each point this many times, implementations interleaved; keep each one's best")
     ap.add_argument("--out", help="write JSON records here")
     args = ap.parse_args(argv)
+    warn_if_xla_untuned()
     runs = max(1, args.runs)
 
     dtype = jnp.dtype(args.dtype)

@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jax_flash
-from jax_flash.timing import time_fn
+from jax_flash.timing import time_fn, warn_if_xla_untuned
 
 # (batch, seqlen_q, cache length, heads_q, heads_kv, head_dim): the six,
 # head dims 64 / 256, MQA.
@@ -227,6 +227,7 @@ def main(argv=None):
     ap.add_argument("--split-sweep", default="",
                     help="comma-separated SHAPES indices: also time forced split counts there")
     args = ap.parse_args(argv)
+    warn_if_xla_untuned()
     on_gpu = jax.devices()[0].platform == "gpu"
     if args.shapes == "all":
         shapes = SHAPES

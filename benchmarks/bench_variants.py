@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jax_flash
-from jax_flash.timing import attention_flops, time_fn
+from jax_flash.timing import attention_flops, time_fn, warn_if_xla_untuned
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # python -P leaves the script's folder off the path
 from packed_docs import equal_work_batch, packed_ids
 
@@ -73,6 +73,7 @@ def main(argv=None):
     ap.add_argument("--options", nargs="+", help="(c): only the options whose names start with one of these")
     ap.add_argument("--out", help="write JSON records here")
     args = ap.parse_args(argv)
+    warn_if_xla_untuned()
 
     dtype = jnp.dtype(args.dtype)
     d, h = args.head_dim, args.heads

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import re
 import statistics
+import sys
 import time
 
 import jax
@@ -37,3 +40,16 @@ def time_fn(fn, *args, min_repeats=5, target_s=0.3, max_per_round=50) -> float:
         jax.block_until_ready(out)
         samples.append((time.perf_counter() - t0) / per_round)
     return statistics.median(samples)
+
+
+def warn_if_xla_untuned() -> bool:
+    """Print a warning (stderr) when XLA_FLAGS turns GPU autotuning down: the
+    tests' --xla_gpu_autotune_level=0 left in a benchmark's environment halves
+    XLA's own attention (an H200 decode run read 1.2-1.7 TB/s against 2.5-3.1
+    with autotuning), so its figures would not be XLA's. Returns whether it warned."""
+    m = re.search(r"--xla_gpu_autotune_level=(\d+)", os.environ.get("XLA_FLAGS", ""))
+    if m is None or int(m.group(1)) >= 4:
+        return False
+    print(f"warning: XLA_FLAGS sets --xla_gpu_autotune_level={m.group(1)}: XLA's (and cuDNN "
+          "fusions') figures in this run are not what XLA reaches by default", file=sys.stderr)
+    return True

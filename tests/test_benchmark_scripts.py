@@ -95,3 +95,16 @@ def test_bench_attention_runs_keeps_each_implementations_best_on_cpu(tmp_path):
     for r in records:
         assert len(r["runs_ms"]) == 3 and all(t > 0 for t in r["runs_ms"]), r
         assert r["ms"] == min(r["runs_ms"]) and r["tflops"] > 0, r
+
+
+@pytest.mark.parametrize("flags, warns", [("", False), ("--xla_gpu_autotune_level=0", True),
+                                          ("--foo --xla_gpu_autotune_level=2", True),
+                                          ("--xla_gpu_autotune_level=4", False)])
+def test_benchmarks_warn_when_xla_autotuning_is_turned_down(monkeypatch, capsys, flags, warns):
+    """The GPU tests' --xla_gpu_autotune_level=0 left in a benchmark's
+    environment halves XLA's figures: the benchmarks say so on stderr."""
+    from jax_flash.timing import warn_if_xla_untuned
+
+    monkeypatch.setenv("XLA_FLAGS", flags)
+    assert warn_if_xla_untuned() is warns
+    assert ("autotune_level" in capsys.readouterr().err) is warns
