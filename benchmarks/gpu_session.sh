@@ -119,9 +119,14 @@ for stage in $stages; do
         tests/test_cuda_kvcache.py -k "out_of_range or paged_equals or append" >"$OUT/memcheck_decode.log" 2>&1
       echo "memcheck decode rc=$?" | tee -a "$OUT/summary.txt"
       ;;
-    bench-decode)  # results/h100_decode.json
+    bench-decode)  # results/h100_decode.json, beside this GPU's read ceiling (hbm_read.json)
+      ceiling=""
+      if nvcc -O3 -arch=sm_90 benchmarks/hbm_read.cu -o /tmp/hbm_read && timeout 120 /tmp/hbm_read "$OUT/hbm_read.json" \
+          | tee "$OUT/hbm_read.log"; then
+        ceiling="--read-ceiling $OUT/hbm_read.json"
+      fi
       timeout ${BENCH_TIMEOUT:-300} python3 -P benchmarks/bench_decode.py --dtypes "${BENCH_DTYPES:-bfloat16}" --runs 2 \
-        ${SPLIT_SWEEP:+--split-sweep $SPLIT_SWEEP} --out "$OUT/h100_decode.json" 2>&1 | tee "$OUT/bench_decode.log"
+        $ceiling ${SPLIT_SWEEP:+--split-sweep $SPLIT_SWEEP} --out "$OUT/h100_decode.json" 2>&1 | tee "$OUT/bench_decode.log"
       ;;
     bench-generate)  # results/h100_generate.json
       timeout ${BENCH_TIMEOUT:-200} python3 -P benchmarks/bench_generate.py --out "$OUT/h100_generate.json" 2>&1 \
