@@ -121,7 +121,7 @@ for stage in $stages; do
       ;;
     bench-decode)  # results/h100_decode.json, beside this GPU's read ceiling (hbm_read.json)
       ceiling=""
-      if nvcc -O3 -arch=sm_90 benchmarks/hbm_read.cu -o /tmp/hbm_read && timeout 120 /tmp/hbm_read "$OUT/hbm_read.json" \
+      if nvcc -O3 -arch=native benchmarks/hbm_read.cu -o /tmp/hbm_read && timeout 120 /tmp/hbm_read "$OUT/hbm_read.json" \
           | tee "$OUT/hbm_read.log"; then
         ceiling="--read-ceiling $OUT/hbm_read.json"
       fi

@@ -8,7 +8,7 @@
 // Two buffers are read in turn, so no launch finds the last one's bytes in
 // L2. Loads are ld.global.nc with no L1 allocation; nothing is written.
 //
-//   nvcc -O3 -arch=sm_90 benchmarks/hbm_read.cu -o /tmp/hbm_read && /tmp/hbm_read [out.json]
+//   nvcc -O3 -arch=native benchmarks/hbm_read.cu -o /tmp/hbm_read && /tmp/hbm_read [out.json]
 #include <cuda_runtime.h>
 
 #include <algorithm>
