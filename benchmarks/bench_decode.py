@@ -79,13 +79,10 @@ def _line(key, row, dtype_name, ceiling=None):
             + " ".join(cells) + ratio)
 
 
-def read_ceiling(path, device, kv_bytes):
+def read_ceiling(ceiling_records, device, kv_bytes):
     """The plain-read GB/s that benchmarks/hbm_read.cu measured on `device` at
     the buffer size nearest kv_bytes (None without a record for the device)."""
-    if not path:
-        return None
-    with open(path) as f:
-        recs = [r for r in json.load(f) if r["device"] == device]
+    recs = [r for r in ceiling_records if r["device"] == device]
     if not recs:
         return None
     return min(recs, key=lambda r: abs(np.log(r["bytes"] / kv_bytes)))["read_gbps"]
@@ -120,7 +117,7 @@ def _calls(fn, n):
     return jax.jit(many)
 
 
-def run(shapes, dtype, impls, reps_s, page_sizes, calls=1, ceiling_path=None):
+def run(shapes, dtype, impls, reps_s, page_sizes, calls=1, ceiling_records=()):
     rng = np.random.default_rng(0)
     records = []
     dev = jax.devices()[0]
@@ -133,7 +130,7 @@ def run(shapes, dtype, impls, reps_s, page_sizes, calls=1, ceiling_path=None):
         vc = jax.random.normal(k3, (b, sk, hkv, d), dtype)
         lens = jnp.full((b,), sk, jnp.int32)
         kv_bytes = 2 * b * sk * hkv * d * jnp.dtype(dtype).itemsize
-        ceiling = read_ceiling(ceiling_path, dev.device_kind, kv_bytes)
+        ceiling = read_ceiling(ceiling_records, dev.device_kind, kv_bytes)
         fns = {}
         if "jax_flash" in impls:
             fns["jax_flash"] = (lambda q, kc, vc, lens: jax_flash.attention_with_kvcache(
@@ -175,7 +172,7 @@ def split_sweep(shapes, dtype, splits, reps_s, calls=1):
     read when tracing): where the automatic choice sits against the others."""
     import os
 
-    from jax_flash.kvcache import _pairs_heads, num_splits
+    from jax_flash.kvcache import cuda_splits
 
     records = []
     for (b, sq, sk, hq, hkv, d) in shapes:
@@ -186,10 +183,7 @@ def split_sweep(shapes, dtype, splits, reps_s, calls=1):
         vc = jax.random.normal(k3, (b, sk, hkv, d), dtype)
         lens = jnp.full((b,), sk, jnp.int32)
         kv_bytes = 2 * b * sk * hkv * d * jnp.dtype(dtype).itemsize
-        # The kernel's own view: d64 kv heads in pairs run as d128 heads.
-        pair = _pairs_heads(sq, hq, hkv, d)
-        auto = num_splits(b, sq, hq, hkv // 2 if pair else hkv, 128 if pair else d, sk,
-                          getattr(jax.devices()[0], "core_count", 132) or 132)
+        auto = cuda_splits(b, sq, hq, hkv, d, sk)
         cells = []
         for n in sorted(set(splits) | {auto}):
             os.environ["JAX_FLASH_DECODE_SPLITS"] = str(n)
@@ -240,6 +234,10 @@ def main(argv=None):
         impls = [i for i in impls if i != "cudnn"]
         shapes = [s for s in shapes if s[0] * s[2] * s[4] * s[5] <= 1 << 22] or \
             [(2, 1, 2048, 8, 2, 64)]
+    ceiling_records = []
+    if args.read_ceiling:
+        with open(args.read_ceiling) as f:
+            ceiling_records = json.load(f)
     records = []
     for run_index in range(1, max(1, args.runs) + 1):
         if args.runs > 1:
@@ -248,7 +246,7 @@ def main(argv=None):
             dtype = jnp.dtype(name)
             if not on_gpu:
                 dtype = jnp.dtype(jnp.float32)
-            recs = run(shapes, dtype, impls, args.time, PAGE_SIZES, max(1, args.calls), args.read_ceiling)
+            recs = run(shapes, dtype, impls, args.time, PAGE_SIZES, max(1, args.calls), ceiling_records)
             if args.split_sweep and on_gpu and run_index == 1:
                 sweep = [SHAPES[int(i)] for i in args.split_sweep.split(",")]
                 recs += split_sweep(sweep, dtype, (1, 2, 4, 8, 16, 32, 64), args.time, max(1, args.calls))

@@ -167,6 +167,16 @@ def _pairs_heads(seqlen_q: int, heads_q: int, heads_kv: int, head_dim: int) -> b
             and heads_kv % 2 == 0 and 2 * (heads_q // heads_kv) * seqlen_q <= 16)
 
 
+def cuda_splits(batch: int, seqlen_q: int, heads_q: int, heads_kv: int, head_dim: int,
+                capacity: int) -> int:
+    """The split count the CUDA kernel runs with on this GPU: num_splits of
+    the kernel's own view (paired d64 kv heads: half the heads at twice the
+    head dim)."""
+    pair = _pairs_heads(seqlen_q, heads_q, heads_kv, head_dim)
+    view = (heads_kv // 2, 2 * head_dim) if pair else (heads_kv, head_dim)
+    return num_splits(batch, seqlen_q, heads_q, *view, capacity, _num_sms())
+
+
 def _num_sms() -> int:
     try:
         dev = jax.devices("gpu")[0]
@@ -247,9 +257,7 @@ def kvcache_call(q, k_cache, v_cache, cache_seqlens, extras, bits, *, scale, mas
                  window_left=np.int64(mask.window_left), window_right=np.int64(mask.window_right),
                  softcap=np.float32(mask.softcap), optional_inputs=np.int64(bits),
                  query_offset=np.int64(query_offset))
-    # Paired heads: the kernel sees half the kv heads at twice the head dim.
-    kv_view = (hkv // 2, 2 * d) if _pairs_heads(sq, hq, hkv, d) else (hkv, d)
-    gpu_splits = num_splits(batch, sq, hq, *kv_view, capacity, _num_sms())
+    gpu_splits = cuda_splits(batch, sq, hq, hkv, d, capacity)
 
     def call(splits):
         floats = splits * batch * hq * sq * (d + 1) if splits > 1 else 1
