@@ -169,34 +169,24 @@ def _kernel_head_dim(d: int, variants: bool) -> int:
     return max(padded, min(larger)) if larger else padded
 
 
-def _atomic_may_order(sq: int, d: int, variants: bool, causal: bool) -> bool:
-    """Whether atomic mode may run the ordered backward (bwd_prefers_order in
-    cpp/cuda/bwd_dispatch.h): plain causal rows <= 1024, plain non-causal
-    rows <= 4096 at head dims <= 128."""
-    if variants:
-        return False
-    return sq <= 1024 if causal else (sq <= 4096 and d <= 128)
-
-
-def _bwd_workspace_floats(q, deterministic: bool, variants: bool, k_shape=None, causal: bool = False) -> int:
+def _bwd_workspace_floats(q, deterministic: bool, variants: bool, k_shape=None) -> int:
     """float32 scratch per leading-batch element for the CUDA backward: rowsum
     D = rowsum(dO * O), plus the float32 dQ accumulator (head_dim padded to the
     kernel's) in atomic mode, and in deterministic mode where the Hopper kernel
     may run (padded head dim 64 or 128: plain attention and the masks-only
     variants without segment ids, sized so for every variant there; 256: plain
-    attention), which also needs one int32 order counter per 64 query rows; so
-    does atomic mode for plain causal rows of at most 1024 queries and plain
-    non-causal rows of at most 4096 at head dims up to 128, which the Hopper
-    kernels may run ordered (bwd_prefers_order in cpp/cuda/bwd_dispatch.h). XLA hands custom
-    calls no reliable scratch allocator, so it travels as an extra, discarded
-    output (on the CPU, whose kernel ignores it, ffi_bwd asks for one float
-    instead). The CUDA side rounds each region up to 256 B over the whole batch
-    (cpp/cuda/bwd_dispatch.h): in atomic mode no slack is needed when the row
-    count is a multiple of 64 floats (then this is no bigger than cuDNN's
-    scratch), else 128 floats per element cover both round-ups (batch >= 1);
-    the counters' region adds 64 more. The accumulator's rows are padded per
-    head to whole 128-row tiles (the Hopper kernel reduces a tile at a time),
-    which costs nothing when seqlen_q is a multiple of 128."""
+    attention). The ordered kernels' counters (deterministic mode, and the
+    ordered path atomic mode takes on some plain grids) live in dq's own buffer
+    until the backward writes it (cpp/cuda/bwd_dispatch.h), so they add
+    nothing here. XLA hands custom calls no reliable scratch allocator, so it
+    travels as an extra, discarded output (on the CPU, whose kernel ignores it,
+    ffi_bwd asks for one float instead). The CUDA side rounds each region up to
+    256 B over the whole batch: no slack is needed when the row count is a
+    multiple of 64 floats (then this is no bigger than cuDNN's scratch), else
+    128 floats per element cover both round-ups (batch >= 1). The
+    accumulator's rows are padded per head to whole 128-row tiles (the Hopper
+    kernel reduces a tile at a time), which costs nothing when seqlen_q is a
+    multiple of 128."""
     sq, hq, d = q.shape[-3:]
     if jnp.dtype(q.dtype) == jnp.dtype(jnp.float32):
         # The float32 (TF32) backward: D (no dQ accumulator); for plain
@@ -212,12 +202,10 @@ def _bwd_workspace_floats(q, deterministic: bool, variants: bool, k_shape=None, 
     d_pad = _kernel_head_dim(d, variants)
     rows = hq * sq * math.prod(q.shape[:-3])
     slack = 0 if rows % 64 == 0 else 128
-    prefers_order = _atomic_may_order(sq, d, variants, causal) and not deterministic
-    ordered = (deterministic or prefers_order) and (d_pad in (64, 128) or (d_pad == 256 and not variants))
-    accum = d_pad if (ordered or not deterministic) else 0
-    counters = hq * -(-sq // 64) + 64 if ordered else 0
+    det_ordered = d_pad in (64, 128) or (d_pad == 256 and not variants)
+    accum = d_pad if (det_ordered or not deterministic) else 0
     sq_pad = -(-sq // 128) * 128
-    return hq * sq + hq * sq_pad * accum + counters + slack
+    return hq * sq + hq * sq_pad * accum + slack
 
 
 def ffi_bwd(q, k, v, o, lse, do, scale: float, causal, deterministic: bool,
@@ -249,7 +237,7 @@ def ffi_bwd(q, k, v, o, lse, do, scale: float, causal, deterministic: bool,
     # the CPU lowering asks for one float a batch element, not a dq-sized buffer.
     return jax.lax.platform_dependent(
         q, k, v, o, lse, do, *extras.arrays(), cpu=with_workspace(1),
-        default=with_workspace(_bwd_workspace_floats(q, deterministic, variants, k.shape, bool(mask.causal))))
+        default=with_workspace(_bwd_workspace_floats(q, deterministic, variants, k.shape)))
 
 
 # ---------------------------------------------------------------------------

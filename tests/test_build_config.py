@@ -154,32 +154,27 @@ def test_gpu_tests_skip_dtypes_this_build_lacks():
     assert unbuilt_cuda_dtype({"case": "window", "sq": 7}, ("bfloat16",)) is None
 
 
-def _atomic_may_order(sq, d, variants, causal):
-    return not variants and (sq <= 1024 if causal else (sq <= 4096 and d <= 128))
-
-
-def _cuda_workspace_bytes(batch, hq, sq, d, d_pad, deterministic, variants, causal):
+def _cuda_workspace_bytes(batch, hq, sq, d_pad, deterministic, variants):
     """cpp/cuda/bwd_dispatch.h: each region rounded up to 256 B over the batch;
-    deterministic mode keeps the accumulator, plus order counters, at 64/128
-    and at 256 without variants, and so does atomic mode for plain causal rows
-    of at most 1024 queries and plain non-causal rows of at most 4096 at head
-    dims up to 128 (bwd_prefers_order); the accumulator's rows are
-    padded per head to whole 128-row tiles."""
+    deterministic mode keeps the accumulator at 64/128 and at 256 without
+    variants (its order counters live in dq's buffer, not here); the
+    accumulator's rows are padded per head to whole 128-row tiles."""
     up = lambda n: (n + 255) // 256 * 256
     rows = batch * hq * sq
-    prefers_order = not deterministic and _atomic_may_order(sq, d, variants, causal)
-    ordered = (deterministic or prefers_order) and (d_pad in (64, 128) or (d_pad == 256 and not variants))
-    accum = up(4 * batch * hq * -(-sq // 128) * 128 * d_pad) if (ordered or not deterministic) else 0
-    counters = up(4 * batch * hq * -(-sq // 64)) if ordered else 0
-    return up(4 * rows) + accum + counters
+    det_ordered = d_pad in (64, 128) or (d_pad == 256 and not variants)
+    accum = up(4 * batch * hq * -(-sq // 128) * 128 * d_pad) if (det_ordered or not deterministic) else 0
+    return up(4 * rows) + accum
 
 
 @pytest.mark.parametrize("lead", [(), (1,), (3,), (2, 5)])
-@pytest.mark.parametrize("sq,hq,d", [(16384, 16, 128), (1, 1, 64), (17, 3, 40), (129, 4, 256), (64, 1, 96)])
+@pytest.mark.parametrize("sq,hq,d", [(16384, 16, 128), (4096, 16, 128), (1, 1, 64), (17, 3, 40), (129, 4, 256),
+                                     (64, 1, 96)])
 @pytest.mark.parametrize("deterministic", [False, True])
 @pytest.mark.parametrize("variants", [False, True])
-@pytest.mark.parametrize("causal", [False, True])
-def test_workspace_covers_the_cuda_layout_with_no_slack_when_aligned(lead, sq, hq, d, deterministic, variants, causal):
+def test_workspace_covers_the_cuda_layout_with_no_slack_when_aligned(lead, sq, hq, d, deterministic, variants):
+    """Whatever path runs (atomic, ordered or deterministic), the scratch is
+    D plus the accumulator: when the rows are whole 64-float runs (the FA2
+    grid's shapes), exactly that, as cuDNN's."""
     import math
 
     import jax
@@ -190,14 +185,13 @@ def test_workspace_covers_the_cuda_layout_with_no_slack_when_aligned(lead, sq, h
     q = jax.ShapeDtypeStruct(lead + (sq, hq, d), jnp.bfloat16)
     batch = math.prod(lead)
     d_pad = partitioning._kernel_head_dim(d, variants)
-    have = 4 * batch * partitioning._bwd_workspace_floats(q, deterministic, variants, causal=causal)
-    need = _cuda_workspace_bytes(batch, hq, sq, d, d_pad, deterministic, variants, causal)
+    have = 4 * batch * partitioning._bwd_workspace_floats(q, deterministic, variants)
+    need = _cuda_workspace_bytes(batch, hq, sq, d_pad, deterministic, variants)
     assert have >= need
-    ordered = deterministic or _atomic_may_order(sq, d, variants, causal)
-    if (batch * hq * sq) % 64 == 0 and not ordered:  # the FA2 grid's shapes: exactly what runs, as cuDNN
+    if (batch * hq * sq) % 64 == 0:
         assert have == need
     # vmap adds a leading axis XLA multiplies in; the slack must still cover it
-    assert 7 * have >= _cuda_workspace_bytes(7 * batch, hq, sq, d, d_pad, deterministic, variants, causal)
+    assert 7 * have >= _cuda_workspace_bytes(7 * batch, hq, sq, d_pad, deterministic, variants)
 
 
 def _tf32_scratch_bytes(batch, sq, sk, hq, hkv, d):

@@ -156,8 +156,7 @@ def test_bwd_workspace_is_allocated_for_cuda_only(opts):
     q = jax.ShapeDtypeStruct((2, 1000, 8, 64), jnp.bfloat16)
     k = jax.ShapeDtypeStruct((2, 1000, 4, 64), jnp.bfloat16)
     variants = "local_window_size" in opts
-    want = partitioning._bwd_workspace_floats(q, opts.get("deterministic", False), variants,
-                                              causal=opts.get("causal", False))
+    want = partitioning._bwd_workspace_floats(q, opts.get("deterministic", False), variants)
     assert want > 8 * 1000 * 64
     assert _bwd_workspace_shape("cpu", q, k, k, **opts) == (2, 1)
     assert _bwd_workspace_shape("cuda", q, k, k, **opts) == (2, want)

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include <cuda_runtime_api.h>
 
@@ -56,14 +57,16 @@ cudaError_t run_bwd_sm90_logits_hdim(const BwdParams& params, BwdLaunchFlags fla
 template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_sm90_wide_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream);
 
-// Workspace: [dsum: B*Hq*Sq floats][dq accumulator: B*Hq*Sq'*kHeadDim floats]
-// [order counters: B*Hq*ceil(Sq/64) ints], each part 256 B aligned, where
-// Sq' is Sq rounded up to whole kBwdRowPad tiles (below). The
-// accumulator is there in atomic mode, and in deterministic mode where the
-// Hopper kernel may run it (padded head dims 64 and 128: plain attention and
-// the masks-only variants without segment ids, sized for any variant there;
-// 256: plain attention), which orders its dQ reduces with the counters; the
-// SM80 deterministic kernels need neither.
+// Workspace: [dsum: B*Hq*Sq floats][dq accumulator: B*Hq*Sq'*kHeadDim floats],
+// each part 256 B aligned, where Sq' is Sq rounded up to whole kBwdRowPad
+// tiles (below). The accumulator is there in atomic mode, and in
+// deterministic mode where the Hopper kernel may run it (padded head dims 64
+// and 128: plain attention and the masks-only variants without segment ids,
+// sized for any variant there; 256: plain attention), which orders its dQ
+// reduces with B*Hq*ceil(Sq/64) int counters. Those live at the start of dq's
+// own buffer, which nothing reads or writes until the convert kernel
+// overwrites all of it after the backward: so the scratch is the same as in
+// atomic mode (and cuDNN's). The SM80 deterministic kernels need neither.
 inline constexpr int kBwdOrderRows = 64;  // query rows per order counter
 inline size_t bwd_align256(size_t n) { return (n + 255) & ~size_t(255); }
 // Atomic mode may take the Hopper kernels' ordered (deterministic) path for
@@ -94,10 +97,23 @@ inline size_t bwd_accum_bytes(const BwdParams& p, int padded_head_dim) {
   return bwd_align256(sizeof(float) * size_t(p.batch) * size_t(p.heads_q) * size_t(bwd_padded_rows(p.seqlen_q)) *
                       size_t(padded_head_dim));
 }
+// The order counters' bytes (whole float4s: the pre-pass clears them so),
+// or 0 where no ordered Hopper kernel may run.
 inline size_t bwd_order_bytes(const BwdParams& p, int padded_head_dim) {
   if (!bwd_det_ordered(p, padded_head_dim)) return 0;
   const size_t tiles = (size_t(p.seqlen_q) + kBwdOrderRows - 1) / kBwdOrderRows;
-  return bwd_align256(sizeof(int) * size_t(p.batch) * size_t(p.heads_q) * tiles);
+  return (sizeof(int) * size_t(p.batch) * size_t(p.heads_q) * tiles + 15) / 16 * 16;
+}
+// Whether the counters fit at the start of dq's buffer: 16-byte aligned,
+// and within the bytes dq's elements span (with 16-bit elements and head
+// dims of 64 or more they always do: two bytes an element against four
+// bytes a 64 rows).
+inline bool bwd_order_fits_dq(const BwdParams& p, int padded_head_dim) {
+  const size_t bytes = bwd_order_bytes(p, padded_head_dim);
+  if (bytes == 0 || (reinterpret_cast<uintptr_t>(p.dq) & 15) != 0) return false;
+  const int64_t last = int64_t(p.batch - 1) * p.dq_batch_stride + int64_t(p.seqlen_q - 1) * p.dq_row_stride +
+                       int64_t(p.heads_q - 1) * p.dq_head_stride + p.head_dim;  // elements spanned
+  return bytes <= size_t(last) * (p.dtype == DType::kFloat32 ? 4 : 2);
 }
 
 }  // namespace jax_flash::cuda

@@ -104,7 +104,7 @@ int kernel_head_dim(const BwdParams& p) {
 size_t bwd_workspace_bytes(const BwdParams& p) {
   const int d = kernel_head_dim(p);
   if (d == 0 || p.batch <= 0 || p.heads_q <= 0 || p.seqlen_q <= 0) return 0;
-  return bwd_dsum_bytes(p) + bwd_accum_bytes(p, d) + bwd_order_bytes(p, d);
+  return bwd_dsum_bytes(p) + bwd_accum_bytes(p, d);  // (the order counters live in dq: bwd_dispatch.h)
 }
 
 cudaError_t run_bwd(const BwdParams& p, cudaStream_t stream) {

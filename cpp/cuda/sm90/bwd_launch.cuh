@@ -39,9 +39,9 @@ inline int order_rotation(const BwdParams& p, int block_m, int block_n) {
 // 4-15% slower (the order's waits at the start of the grid are not paid
 // back by the skipped accumulator clear); H200, non-causal 512-4k rows at
 // 15.5 CTAs an SM, d64 / d128: +0-2.7%.
-inline bool run_ordered(const BwdParams& p, int block_n) {
+inline bool run_ordered(const BwdParams& p, int block_n, int head_dim) {
   if (p.deterministic) return true;
-  if (!bwd_prefers_order(p)) return false;
+  if (!bwd_prefers_order(p) || !bwd_order_fits_dq(p, head_dim)) return false;
   const int sms = sm_count();
   const int64_t ctas = int64_t((p.seqlen_k + block_n - 1) / block_n) * p.heads_kv * p.batch;
   return sms > 0 && ctas >= 8 * int64_t(sms);
@@ -67,7 +67,7 @@ cudaError_t launch_bwd_ws(const BwdParams& p, BwdLaunchFlags flags, int rotate, 
     // skipped tiles break masks_dq_rank's runs).
     if (!variant_masks_only(p) || (p.deterministic && p.segment_ids())) return cudaErrorNotSupported;
   }
-  if (p.deterministic && bwd_order_bytes(p, D) == 0) return cudaErrorNotSupported;
+  if (p.deterministic && !bwd_order_fits_dq(p, D)) return cudaErrorNotSupported;
   if (!bwd::rows_vec_ok(p.o, p.head_dim, p.o_batch_stride, p.o_row_stride, p.o_head_stride))
     return cudaErrorNotSupported;
   auto* kernel = &bwd_ws_kernel<Cfg>;
@@ -101,7 +101,7 @@ cudaError_t launch_bwd_ws(const BwdParams& p, BwdLaunchFlags flags, int rotate, 
   kp.scale_log2 = p.scale * 1.4426950408889634f;
   kp.pair_ok = flags.pair_ok;
   const int key_tiles = (p.seqlen_k + N - 1) / N;
-  kp.dq_order = p.deterministic ? reinterpret_cast<int*>(ws + bwd_dsum_bytes(p) + bwd_accum_bytes(p, D)) : nullptr;
+  kp.dq_order = p.deterministic ? static_cast<int*>(p.dq) : nullptr;  // (bwd_dispatch.h: dq's buffer until the convert)
   kp.order_rows = (p.seqlen_q + kBwdOrderRows - 1) / kBwdOrderRows;
   kp.rotate = Cfg::kWide || (p.deterministic && !Cfg::kMasks) ? rotate : 0;  // (masks_dq_rank: highest first)
   kp.order_group = p.causal ? bwd_order_group(key_tiles, p.heads_kv, p.batch, p.seqlen_q, D, p.heads_q,
@@ -116,7 +116,7 @@ cudaError_t launch_bwd_ws(const BwdParams& p, BwdLaunchFlags flags, int rotate, 
     clear.ptr[0] = reinterpret_cast<float4*>(accum);
     clear.count[0] = int64_t(p.batch) * p.heads_q * rows_pad * (D / 4);
   }
-  if (kp.dq_order != nullptr) {  // 256-byte aligned and sized (bwd_dispatch.h)
+  if (kp.dq_order != nullptr) {  // 16-byte aligned, whole float4s (bwd_order_fits_dq)
     clear.ptr[1] = reinterpret_cast<float4*>(kp.dq_order);
     clear.count[1] = int64_t(bwd_order_bytes(p, D) / sizeof(float4));
   }
@@ -138,7 +138,7 @@ template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_sm90_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream) {
   using Cfg = sm90::BwdConfig<kHeadDim, bwd::ElementOf<kDType>>;
   BwdParams p = params;
-  p.deterministic = sm90::run_ordered(p, Cfg::kBlockN);
+  p.deterministic = sm90::run_ordered(p, Cfg::kBlockN, Cfg::kHeadDim);
   const int rotate = p.deterministic ? sm90::order_rotation(p, Cfg::kBlockM, Cfg::kBlockN) : 0;
   return sm90::launch_bwd_ws<Cfg>(p, flags, rotate, stream);
 }

@@ -25,7 +25,9 @@ struct BwdKernelParams {
   float scale_log2;   // scale * log2(e)
   int order_group;    // causal: tile_order.h's sectioned longest-first; 0 head-major
   // Deterministic mode: one counter per (batch, q head, kBwdOrderRows query
-  // rows) of the dQ adds done, and the query-tile rotation (BwdWork).
+  // rows) of the dQ adds done, at the start of dq's buffer (the convert
+  // kernel overwrites them; bwd_dispatch.h), and the query-tile rotation
+  // (BwdWork).
   int* dq_order;
   int order_rows;     // counters per (batch, q head)
   int rotate;

@@ -21,7 +21,7 @@ template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_sm90_wide_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream) {
   using Cfg = sm90::BwdWideConfig<kHeadDim, bwd::ElementOf<kDType>>;
   BwdParams p = params;
-  p.deterministic = sm90::run_ordered(p, Cfg::kBlockN);
+  p.deterministic = sm90::run_ordered(p, Cfg::kBlockN, Cfg::kHeadDim);
   const int rotate = p.deterministic ? sm90::order_rotation(p, Cfg::kBlockM, Cfg::kBlockN) : 1;
   return sm90::launch_bwd_ws<Cfg>(p, flags, rotate, stream);
 }
