@@ -48,6 +48,9 @@ struct BwdConfig {
   static constexpr int kBlockM = BwdTile<kHeadDim>::kM;
   static constexpr int kBlockN = 128;
   static constexpr int kStages = 2;  // Q / dO / LSE / D ring
+  // The consumers issue S^T / dP^T in turns (bwd_mainloop.cuh): plain
+  // attention at d64, where it measured faster.
+  static constexpr bool kTurns = kBlockM == 128 && !kMasks;
   static constexpr int kConsumerThreads = 256;
   static constexpr int kThreads = 128 + kConsumerThreads;  // warpgroup 0: TMA producer and dQ writers
   // The pool is what the launch gave the CTA (168 a thread, the most that
@@ -134,5 +137,7 @@ inline constexpr int kBarDsReady = 1, kBarDqFull = 2, kBarDqEmpty = 3;
 __device__ __forceinline__ constexpr int bwd_dq_full(int step) { return kBarDqFull + 2 * (step & 1); }
 __device__ __forceinline__ constexpr int bwd_dq_empty(int step) { return kBarDqEmpty + 2 * (step & 1); }
 inline constexpr int kDqBarThreads = 256 + 32;
+// (kTurns) The consumer warpgroups' turns to issue S^T / dP^T: kBarTurn + wg.
+inline constexpr int kBarTurn = 6;
 
 }  // namespace jax_flash::cuda::sm90
