@@ -18,6 +18,9 @@ if [ -d .whl ] && ! python3 -c "import cutlass_library" 2>/dev/null; then
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+# Records are named for the GPU they ran on (h100_decode.json, h200_decode.json, ...).
+gpu_tag=$(head -1 "$OUT/gpu.txt" | grep -oiE '\b[a-z][0-9]{2,4}\b' | head -1 | tr 'A-Z' 'a-z')
+gpu_tag=${gpu_tag:-gpu}
 
 for stage in $stages; do
   case $stage in
@@ -119,17 +122,17 @@ for stage in $stages; do
         tests/test_cuda_kvcache.py -k "out_of_range or paged_equals or append" >"$OUT/memcheck_decode.log" 2>&1
       echo "memcheck decode rc=$?" | tee -a "$OUT/summary.txt"
       ;;
-    bench-decode)  # results/h100_decode.json, beside this GPU's read ceiling (hbm_read.json)
+    bench-decode)  # results/<gpu>_decode.json, beside this GPU's read ceiling (hbm_read.json)
       ceiling=""
       if nvcc -O3 -arch=native benchmarks/hbm_read.cu -o /tmp/hbm_read && timeout 120 /tmp/hbm_read "$OUT/hbm_read.json" \
           | tee "$OUT/hbm_read.log"; then
         ceiling="--read-ceiling $OUT/hbm_read.json"
       fi
       timeout ${BENCH_TIMEOUT:-300} python3 -P benchmarks/bench_decode.py --dtypes "${BENCH_DTYPES:-bfloat16}" --runs 2 \
-        $ceiling ${SPLIT_SWEEP:+--split-sweep $SPLIT_SWEEP} --out "$OUT/h100_decode.json" 2>&1 | tee "$OUT/bench_decode.log"
+        $ceiling ${SPLIT_SWEEP:+--split-sweep $SPLIT_SWEEP} --out "$OUT/${gpu_tag}_decode.json" 2>&1 | tee "$OUT/bench_decode.log"
       ;;
-    bench-generate)  # results/h100_generate.json
-      timeout ${BENCH_TIMEOUT:-200} python3 -P benchmarks/bench_generate.py --out "$OUT/h100_generate.json" 2>&1 \
+    bench-generate)  # results/<gpu>_generate.json
+      timeout ${BENCH_TIMEOUT:-200} python3 -P benchmarks/bench_generate.py --out "$OUT/${gpu_tag}_generate.json" 2>&1 \
         | tee "$OUT/bench_generate.log"
       ;;
     ncu-decode)  # one profiled split-kernel launch per bench_decode shape index (NCU_SHAPES)
