@@ -105,9 +105,8 @@ inline size_t bwd_order_bytes(const BwdParams& p, int padded_head_dim) {
   return (sizeof(int) * size_t(p.batch) * size_t(p.heads_q) * tiles + 15) / 16 * 16;
 }
 // Whether the counters fit at the start of dq's buffer: 16-byte aligned,
-// and within the bytes dq's elements span (with 16-bit elements and head
-// dims of 64 or more they always do: two bytes an element against four
-// bytes a 64 rows).
+// and within the bytes dq's elements span (a 16-bit dq row of 64 or more
+// elements spans 128 bytes; the counters take 4 bytes per 64 rows).
 inline bool bwd_order_fits_dq(const BwdParams& p, int padded_head_dim) {
   const size_t bytes = bwd_order_bytes(p, padded_head_dim);
   if (bytes == 0 || (reinterpret_cast<uintptr_t>(p.dq) & 15) != 0) return false;
