@@ -74,8 +74,8 @@ inline size_t bwd_align256(size_t n) { return (n + 255) & ~size_t(255); }
 // queries, and non-causal rows of at most 4k at head dims up to 128 (H200,
 // ordered / atomic 1.000-1.027; at d256 and 16k it was slower).
 // sm90::run_ordered decides; each dQ tile's first add is then a store, so
-// the accumulator is not cleared first. Its counters are in the workspace
-// whenever it may; otherwise they go unused.
+// the accumulator is not cleared first. Its counters are in dq's buffer
+// (bwd_order_fits_dq), as deterministic mode's are.
 inline bool bwd_prefers_order(const BwdParams& p) {
   if (p.deterministic || !p.plain_mask()) return false;
   return p.causal ? p.seqlen_q <= 1024 : p.seqlen_q <= 4096 && p.head_dim <= 128;
