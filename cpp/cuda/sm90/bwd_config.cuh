@@ -48,9 +48,11 @@ struct BwdConfig {
   static constexpr int kBlockM = BwdTile<kHeadDim>::kM;
   static constexpr int kBlockN = 128;
   static constexpr int kStages = 2;  // Q / dO / LSE / D ring
-  // The consumers issue S^T / dP^T in turns (bwd_mainloop.cuh): plain
-  // attention at d64, where it measured faster.
-  static constexpr bool kTurns = kBlockM == 128 && !kMasks;
+  // The consumers issue S^T / dP^T in turns (bwd_mainloop.cuh) at d64 where
+  // it measured faster (H200, fwd+bwd): plain +2.4-3.7%, soft-cap +2.3%,
+  // dropout +6.5%; masks only -0.5%, ALiBi -1%, soft-cap + ALiBi -2%.
+  static constexpr bool kTurns =
+      kBlockM == 128 && (!kMasks || kLogits == fwd::kLogitSoftcap || kLogits == fwd::kLogitDropout);
   static constexpr int kConsumerThreads = 256;
   static constexpr int kThreads = 128 + kConsumerThreads;  // warpgroup 0: TMA producer and dQ writers
   // The pool is what the launch gave the CTA (168 a thread, the most that
