@@ -136,6 +136,8 @@ int main(int argc, char** argv) {
       // the logits kernels: soft-cap + ALiBi with segment ids, soft-cap alone, dropout with a window
       {2, 333, 300, 4, 2, 64, true, false, -1, false, 90, 20.f, true}, {1, 257, 300, 2, 1, 128, false, false, -1, true, 0, 30.f},
       {2, 300, 300, 2, 2, 128, true, false, 80, false, 0, 0.f, false, 0.2f},
+      // d64 soft-cap alone and dropout alone, whose consumers issue in turns (kTurns), with skipped steps
+      {2, 333, 300, 4, 2, 64, true, false, -1, false, 90, 30.f}, {1, 300, 310, 2, 1, 64, false, false, 60, true, 0, 0.f, false, 0.1f},
   };
   int fails = 0;
   for (const Case& c : cases) fails += run_case(c, rng);
