@@ -225,6 +225,10 @@ CASES = [
     ("lengths gqa", 4, 131, 257, 8, 2, 64),
     ("dropout causal gqa", 2, 200, 200, 8, 2, 128),
     ("softcap alibi", 2, 257, 257, 4, 4, 64),
+    # soft-cap alone and dropout alone at d64: their consumers issue in turns
+    # (BwdConfig::kTurns), across skipped steps and masked tiles
+    ("softcap segruns causal", 2, 700, 700, 4, 2, 64),
+    ("dropout window lengths", 2, 400, 450, 4, 2, 64),
     ("softcap alibiB causal", 2, 129, 129, 4, 2, 128),
     ("batchoff causal", 3, 111, 260, 2, 1, 64),
     ("window batchoff lengths", 3, 190, 230, 2, 2, 64),
