@@ -50,7 +50,8 @@ struct BwdConfig {
   static constexpr int kStages = 2;  // Q / dO / LSE / D ring
   // The consumers issue S^T / dP^T in turns (bwd_mainloop.cuh) at d64 where
   // it measured faster (H200, fwd+bwd): plain +2.4-3.7%, soft-cap +2.3%,
-  // dropout +6.5%; masks only -0.5%, ALiBi -1%, soft-cap + ALiBi -2%.
+  // dropout +6.5%; masks only -0.5%, ALiBi -1%, soft-cap + ALiBi -2%; plain
+  // d128 -0.8 to +1.0%.
   static constexpr bool kTurns =
       kBlockM == 128 && (!kMasks || kLogits == fwd::kLogitSoftcap || kLogits == fwd::kLogitDropout);
   static constexpr int kConsumerThreads = 256;

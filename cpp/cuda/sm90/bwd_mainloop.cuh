@@ -8,7 +8,8 @@
 //   dS^T -> shared memory, then (both halves there) dQ = dS K, each
 //   warpgroup half of it (bwd_config.cuh: query rows at d64, head dim at
 //   d128); the tile goes to the step's dQ writer (bwd_dq.cuh).
-// (kTurns: plain attention at d64) The warpgroups issue S^T / dP^T in turns.
+// (kTurns: d64, plain, soft-cap alone, dropout alone) The warpgroups issue
+// S^T / dP^T in turns.
 // (kMasks) The producer's step flags say which steps need element masks
 // and which have nothing to do (bwd_masks.cuh). (kLogits) Soft-cap, ALiBi
 // or dropout change how P^T and dS^T are made (bwd_logits.cuh).
@@ -98,8 +99,8 @@ struct BwdMainloop {
 
     // (Cfg::kTurns) The warpgroups take turns to issue S^T / dP^T (named
     // barriers kBarTurn + wg), warpgroup 0 first, so that its exponentials
-    // run under the other's products instead of beside its own (H200 A/B,
-    // fwd+bwd: d64 +2.4-3.7%; d128 -0.8 to +1.0%, so not there).
+    // run under the other's products instead of beside its own (where it
+    // pays, with the measurements: BwdConfig::kTurns).
     constexpr bool turns = Cfg::kTurns;
     if (turns && wg == 1) named_arrive(kBarTurn + 0, Cfg::kConsumerThreads);
 
