@@ -15,6 +15,10 @@
 //     heads run as one head of 128, so a CTA reads 256 contiguous bytes of a
 //     cache row instead of 128; each q row sits in its kv head's half of a
 //     zero-padded Q row, so S and O stay per head;
+//   - soft-cap and ALiBi (kLogits, their own instantiation): the plain
+//     kernel computes neither (with a run-time test, ptxas computed tanh
+//     for every score and then selected the plain value: the 16-query loop
+//     ran 15% more instructions and twice the MUFU work);
 //   - paged caches (their own instantiation): a row table in shared memory
 //     holds each key's cache row (-1: past the length or in an out-of-range
 //     page, zero-filled and masked, never read), filled one block ahead by one
@@ -99,7 +103,7 @@ __device__ __forceinline__ bool append_rows(const KvcacheParams& p, int b, int h
   return true;
 }
 
-template <class Cfg, bool kPaged, bool kPair>
+template <class Cfg, bool kPaged, bool kPair, bool kLogits>
 __global__ void __launch_bounds__(128) decode_kernel(const KvcacheParams p) {
   using Element = typename Cfg::Element;
   constexpr int D = Cfg::kChunks * 8;
@@ -282,11 +286,11 @@ __global__ void __launch_bounds__(128) decode_kernel(const KvcacheParams p) {
     kmin[h] = int32_t(f > 0 ? (f < L ? f : L) : 0);
     kmax[h] = int32_t(l < L - 1 ? (l > -1 ? l : -1) : L - 1);
     if (gr >= rows) kmax[h] = -1;  // padding row: sees nothing
-    slope[h] = (p.alibi_slopes && gr < rows)
+    slope[h] = (kLogits && p.alibi_slopes && gr < rows)
                    ? p.alibi_slopes[b * p.alibi_batch_stride + hk * G + g] * kLog2e
                    : 0.f;
   }
-  const bool softcap = p.softcap > 0.f;
+  const bool softcap = kLogits && p.softcap > 0.f;
   const float scale_log2 = p.scale * kLog2e;
   const float cap_in = softcap ? p.scale / p.softcap : 0.f;
   const float cap_out = p.softcap * kLog2e;
@@ -376,8 +380,12 @@ __global__ void __launch_bounds__(128) decode_kernel(const KvcacheParams p) {
             const int col = sb * 16 + t * 8 + 2 * (lane & 3) + (e & 1);
             const int32_t j = int32_t(j0) + col;
             float x = s[i][t][e];
-            x = softcap ? cap_out * tanhf(x * cap_in) : x * scale_log2;
-            x -= slope[h] * fabsf(rel[h] - float((sb - wn) * 16 + t * 8 + (e & 1)));  // ALiBi (slope 0: none)
+            if constexpr (kLogits) {
+              x = softcap ? cap_out * tanhf(x * cap_in) : x * scale_log2;
+              x -= slope[h] * fabsf(rel[h] - float((sb - wn) * 16 + t * 8 + (e & 1)));  // ALiBi (slope 0: none)
+            } else {
+              x *= scale_log2;
+            }
             // (Contiguous: kmax < L keeps the keys past the length out.)
             const bool vis = (!kPaged || key_rows[table_index(col)] >= 0) && j >= kmin[h] && j <= kmax[h];
             s[i][t][e] = vis ? x : kNegInf;

@@ -18,10 +18,10 @@ inline int warps_m(int rows) { return rows <= 16 ? 1 : (rows <= 32 ? 2 : 4); }
 
 // `static`: every unit keeps its own once-per-device record (its kernels'
 // host stubs are local to it).
-template <class Cfg, bool kPaged, bool kPair>
+template <class Cfg, bool kPaged, bool kPair, bool kLogits>
 static cudaError_t launch_cfg(const KvcacheParams& p, cudaStream_t stream) {
   static std::atomic<unsigned long long> done_mask{0};
-  auto kernel = decode_kernel<Cfg, kPaged, kPair>;
+  auto kernel = decode_kernel<Cfg, kPaged, kPair, kLogits>;
   int dev = 0;
   cudaError_t err = cudaGetDevice(&dev);
   if (err != cudaSuccess) return err;
@@ -43,25 +43,39 @@ static cudaError_t launch_cfg(const KvcacheParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-template <class Element, int D, int Stages, bool kPaged, bool kPair>
+template <class Element, int D, int Stages, bool kPaged, bool kPair, bool kLogits>
 static cudaError_t launch_rows(const KvcacheParams& p, cudaStream_t stream) {
   if constexpr (kPair) {  // paired heads: one 16-row tile (pairs_heads' rule)
-    return launch_cfg<DecodeConfig<Element, D, 1, Stages>, kPaged, true>(p, stream);
+    return launch_cfg<DecodeConfig<Element, D, 1, Stages>, kPaged, true, kLogits>(p, stream);
   } else {
     switch (warps_m(p.group_size() * p.seqlen_q)) {
-      case 1: return launch_cfg<DecodeConfig<Element, D, 1, Stages>, kPaged, false>(p, stream);
-      case 2: return launch_cfg<DecodeConfig<Element, D, 2, Stages>, kPaged, false>(p, stream);
-      default: return launch_cfg<DecodeConfig<Element, D, 4, Stages>, kPaged, false>(p, stream);
+      case 1: return launch_cfg<DecodeConfig<Element, D, 1, Stages>, kPaged, false, kLogits>(p, stream);
+      case 2: return launch_cfg<DecodeConfig<Element, D, 2, Stages>, kPaged, false, kLogits>(p, stream);
+      default: return launch_cfg<DecodeConfig<Element, D, 4, Stages>, kPaged, false, kLogits>(p, stream);
     }
   }
 }
 
 // Paged and contiguous caches get their own kernels (the page walk stays out
 // of the contiguous one).
-template <class Element, int D, int Stages, bool kPair>
+template <class Element, int D, int Stages, bool kPair, bool kLogits>
 static cudaError_t launch_paging(const KvcacheParams& p, cudaStream_t stream) {
-  return p.paged() ? launch_rows<Element, D, Stages, true, kPair>(p, stream)
-                   : launch_rows<Element, D, Stages, false, kPair>(p, stream);
+  return p.paged() ? launch_rows<Element, D, Stages, true, kPair, kLogits>(p, stream)
+                   : launch_rows<Element, D, Stages, false, kPair, kLogits>(p, stream);
+}
+
+// Soft-cap / ALiBi get their own kernels at d 64 / 128: their score math
+// stays out of the plain kernel (H200: 16 queries +6-8%, one query -1 to
+// +3%). d 256 keeps one kernel for both: its plain kernel read 1.5-2% slower
+// (one query, 32k cache, three A/B rounds).
+template <class Element, int D, int Stages, bool kPair>
+static cudaError_t launch_logits(const KvcacheParams& p, cudaStream_t stream) {
+  if constexpr (D == 256) {
+    return launch_paging<Element, D, Stages, kPair, true>(p, stream);
+  } else {
+    return p.softcap > 0.f || p.alibi_slopes != nullptr ? launch_paging<Element, D, Stages, kPair, true>(p, stream)
+                                                         : launch_paging<Element, D, Stages, kPair, false>(p, stream);
+  }
 }
 
 // kPair (D 128): p describes the paired view of d 64 heads (heads_kv halved,
@@ -73,9 +87,9 @@ cudaError_t launch_decode(const KvcacheParams& p, cudaStream_t stream) {
     // the loads it has in flight.
     constexpr int kSmem3 = DecodeConfig<Element, D, 4, 3>::kSmem;
     if (device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin) >= kSmem3)
-      return launch_paging<Element, D, 3, kPair>(p, stream);
+      return launch_logits<Element, D, 3, kPair>(p, stream);
   }
-  return launch_paging<Element, D, DecodeConfig<Element, D, 1>::kStages, kPair>(p, stream);
+  return launch_logits<Element, D, DecodeConfig<Element, D, 1>::kStages, kPair>(p, stream);
 }
 
 }  // namespace jax_flash::cuda::decode
