@@ -220,6 +220,34 @@ def test_options_match_reference(opts):
            alibi=opts.get("alibi_slopes"))
 
 
+@pytest.mark.parametrize("d", _built_dims())
+@pytest.mark.parametrize("sq,hq,hkv", [
+    (1, 16, 4),   # 4 rows: one row warp (d64: paired heads)
+    (6, 8, 2),    # 24 rows: two row warps
+    (16, 32, 8),  # 64 rows: four row warps
+])
+@pytest.mark.parametrize("opt", ["logits_soft_cap", "alibi_slopes"])
+@pytest.mark.parametrize("page_size", [None, 16])
+def test_logit_options_at_every_row_tiling(d, sq, hq, hkv, opt, page_size):
+    """Soft-cap and ALiBi run kernels of their own (the plain ones compute
+    neither): each row tiling, contiguous and paged, against the reference."""
+    dtype = _built_dtypes()[0]
+    b, cap = 2, 1024
+    rng, q, kc, vc, _, _ = _inputs(d + hq + sq, b, sq, hq, hkv, d, cap, dtype)
+    lens = jnp.asarray([1000, 300], jnp.int32)
+    opts = ({"logits_soft_cap": 4.0} if opt == "logits_soft_cap" else
+            {"alibi_slopes": jnp.asarray(rng.uniform(0.001, 0.05, hq), jnp.float32)})
+    if page_size:
+        kp, pt = to_paged(np.asarray(kc), page_size, rng)
+        vp = paged_with_table(np.asarray(vc), pt, page_size, kp)
+        o, lse = jax_flash.attention_with_kvcache(q, jnp.asarray(kp), jnp.asarray(vp), lens, return_lse=True,
+                                                  page_table=jnp.asarray(pt), **opts)
+    else:
+        o, lse = jax_flash.attention_with_kvcache(q, kc, vc, lens, return_lse=True, **opts)
+    _check(o, q, kc, vc, lens, dtype, lse=lse, softcap=opts.get("logits_soft_cap"),
+           alibi=opts.get("alibi_slopes"))
+
+
 def _paired_dims():  # d64 kv heads pair up on the d128 kernel
     return [64] if {64, 128} <= set(_built_dims()) else []
 
