@@ -53,6 +53,17 @@ def _inputs(seed, b, sq, hq, hkv, d, cap, dtype):
     return rng, f(b, sq, hq, d), f(b, cap, hkv, d), f(b, cap, hkv, d), f(b, sq, hkv, d), f(b, sq, hkv, d)
 
 
+def _attend_with_lse(q, kc, vc, lens, page_size, rng, **opts):
+    """(o, lse) of attention_with_kvcache over the contiguous cache, or (page_size
+    set) over the same cache laid out in random pages."""
+    if not page_size:
+        return jax_flash.attention_with_kvcache(q, kc, vc, lens, return_lse=True, **opts)
+    kp, pt = to_paged(np.asarray(kc), page_size, rng)
+    vp = paged_with_table(np.asarray(vc), pt, page_size, kp)
+    return jax_flash.attention_with_kvcache(q, jnp.asarray(kp), jnp.asarray(vp), lens, return_lse=True,
+                                            page_table=jnp.asarray(pt), **opts)
+
+
 @pytest.mark.parametrize("dtype", _built_dtypes())
 @pytest.mark.parametrize("d", _built_dims())
 @pytest.mark.parametrize("b,sq,hq,hkv,cap,lens", [
@@ -237,13 +248,7 @@ def test_logit_options_at_every_row_tiling(d, sq, hq, hkv, opt, page_size):
     lens = jnp.asarray([1000, 300], jnp.int32)
     opts = ({"logits_soft_cap": 4.0} if opt == "logits_soft_cap" else
             {"alibi_slopes": jnp.asarray(rng.uniform(0.001, 0.05, hq), jnp.float32)})
-    if page_size:
-        kp, pt = to_paged(np.asarray(kc), page_size, rng)
-        vp = paged_with_table(np.asarray(vc), pt, page_size, kp)
-        o, lse = jax_flash.attention_with_kvcache(q, jnp.asarray(kp), jnp.asarray(vp), lens, return_lse=True,
-                                                  page_table=jnp.asarray(pt), **opts)
-    else:
-        o, lse = jax_flash.attention_with_kvcache(q, kc, vc, lens, return_lse=True, **opts)
+    o, lse = _attend_with_lse(q, kc, vc, lens, page_size, rng, **opts)
     _check(o, q, kc, vc, lens, dtype, lse=lse, softcap=opts.get("logits_soft_cap"),
            alibi=opts.get("alibi_slopes"))
 
@@ -278,13 +283,7 @@ def test_paired_heads_match_reference(monkeypatch, d, b, sq, hq, hkv, lens, opts
         opts["alibi_slopes"] = jnp.asarray(rng.uniform(0.001, 0.05, hq), jnp.float32)
     monkeypatch.setenv("JAX_FLASH_DECODE_SPLITS", opts.pop("splits", "5"))
     page_size = opts.pop("page_size", None)
-    if page_size:
-        kp, pt = to_paged(np.asarray(kc), page_size, rng)
-        vp = paged_with_table(np.asarray(vc), pt, page_size, kp)
-        o, lse = jax_flash.attention_with_kvcache(q, jnp.asarray(kp), jnp.asarray(vp), lens, return_lse=True,
-                                                  page_table=jnp.asarray(pt), **opts)
-    else:
-        o, lse = jax_flash.attention_with_kvcache(q, kc, vc, lens, return_lse=True, **opts)
+    o, lse = _attend_with_lse(q, kc, vc, lens, page_size, rng, **opts)
     _check(o, q, kc, vc, lens, dtype, lse=lse, causal=opts.get("causal", True),
            window=opts.get("local_window_size"), softcap=opts.get("logits_soft_cap"),
            alibi=opts.get("alibi_slopes"))
