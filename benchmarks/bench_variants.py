@@ -17,7 +17,8 @@ its plain causal kernel, forward and forward+backward, in one run.
     window (covering everything: pure overhead), soft-cap, ALiBi, lengths
     (full), segments (one document), dropout 0.1, per-batch query offsets (0),
     soft-cap + ALiBi. --options picks some by name prefix.
-    Target: <= 10% overhead.
+    Target: <= 10% overhead. --deterministic runs every call, the plain base
+    too, with deterministic=True.
 
 Records (JSON) use bench_attention.py's keys: impl, device, dtype, batch,
 seqlen_q, seqlen_k, heads, heads_kv, head_dim, causal, mode, ms, tflops; plus
@@ -71,6 +72,8 @@ def main(argv=None):
                     choices=["window", "packed", "option"])
     ap.add_argument("--modes", nargs="+", default=["fwd", "fwd_bwd"], choices=["fwd", "fwd_bwd"])
     ap.add_argument("--options", nargs="+", help="(c): only the options whose names start with one of these")
+    ap.add_argument("--deterministic", action="store_true",
+                    help="every call (the plain base too) with deterministic=True: the options' cost in that mode")
     ap.add_argument("--out", help="write JSON records here")
     args = ap.parse_args(argv)
     warn_if_xla_untuned()
@@ -79,7 +82,8 @@ def main(argv=None):
     d, h = args.head_dim, args.heads
     device = jax.devices()[0]
     device_name = f"{device.platform}:{getattr(device, 'device_kind', '')}"
-    print(f"# {device_name}, {dtype.name}, head_dim {d}, heads {h}", flush=True)
+    print(f"# {device_name}, {dtype.name}, head_dim {d}, heads {h}"
+          + (", deterministic" if args.deterministic else ""), flush=True)
     rng = np.random.default_rng(0)
     records = []
 
@@ -95,7 +99,9 @@ def main(argv=None):
         b, s = q[0].shape[0], q[0].shape[1]
         rec = dict(impl="jax_flash", device=device_name, dtype=dtype.name, batch=b, seqlen_q=s, seqlen_k=s,
                    heads=h, heads_kv=h, head_dim=d, causal=bool(opts.get("causal", False)), mode=mode,
-                   bench=bench, variant=variant, work_flops=work_flops)
+                   bench=bench, variant=variant, work_flops=work_flops, deterministic=args.deterministic)
+        if args.deterministic:
+            opts = dict(opts, deterministic=True)
         try:
             t = time_fn(build(opts, mode), *q)
             rec["ms"] = t * 1e3

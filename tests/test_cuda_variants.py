@@ -358,14 +358,19 @@ def _check_case(case, dtype, rising_slope=None):
             assert np.all(o[bb, ql[bb]:] == 0), "padded query rows must give o = 0"
 
 
-# Every option (the SM80 kernels), and the band masks without segment ids
-# over many tiles, which the Hopper kernel runs in deterministic mode too
-# (its dQ reduces ranked per query tile by the key tiles that visit it).
+# Every option with segment ids (the SM80 kernels in deterministic mode),
+# and the band masks and logit transforms without them over many tiles,
+# which the Hopper kernels run in deterministic mode too (their dQ reduces
+# ranked per query tile by the key tiles that visit it).
 DET_CASES = [
     ("causal window segments lengths softcap alibi dropout", 2, 190, 210, 4, 2, 64),
     ("causal window lengths batchoff", 2, 1100, 900, 4, 2, 128),
     ("window offset", 1, 700, 1300, 2, 1, 64),
     ("lengths gqa", 3, 517, 517, 8, 2, 128),
+    ("causal softcap alibi", 2, 700, 650, 4, 2, 128),
+    ("alibi batchoff", 2, 600, 800, 4, 4, 128),
+    ("causal lengths softcap", 2, 517, 517, 4, 2, 64),
+    ("window dropout", 1, 900, 1000, 2, 1, 64),
 ]
 
 

@@ -70,9 +70,9 @@ cudaError_t dispatch_bwd(const BwdParams& p, BwdLaunchFlags f, cudaStream_t s) {
       return run_bwd_hdim<kDType, D>(for_kernel<D>(p), f, s);
     });
   // Masks-only variants: no soft-cap, ALiBi or dropout. On Hopper (90a
-  // builds, d64 / d128, atomic, aligned) the wgmma kernels take them, and
-  // soft-cap / ALiBi without dropout, and dropout alone; else (or
-  // NotSupported) the SM80 ones.
+  // builds, d64 / d128, aligned; deterministic mode without segment ids) the
+  // wgmma kernels take them, and soft-cap / ALiBi without dropout, and
+  // dropout alone; else (or NotSupported) the SM80 ones.
   const bool masks = variant_masks_only(p);
   return dispatch_head_dim<true>(p.head_dim, [&](auto d) {
     constexpr int D = decltype(d)::value;

@@ -1,6 +1,7 @@
 // Driver for compute-sanitizer (memcheck, racecheck, synccheck) over the
 // warp-specialised Hopper backward: small plain cases with odd sizes, causal
-// and not, GQA, head dims 64, 128 and 256, atomic and deterministic. Inputs are
+// and not, GQA, head dims 64, 128 and 256, atomic and deterministic, and the
+// masks and logits variants (deterministic too, without segment ids). Inputs are
 // random (LSE too: the kernel only needs it finite); outputs are poisoned
 // (NaN bytes) first and must come back finite. Correctness against a
 // reference is tests/test_cuda_backward.py's job.
@@ -138,6 +139,10 @@ int main(int argc, char** argv) {
       {2, 300, 300, 2, 2, 128, true, false, 80, false, 0, 0.f, false, 0.2f},
       // d64 soft-cap alone and dropout alone, whose consumers issue in turns (kTurns), with skipped steps
       {2, 333, 300, 4, 2, 64, true, false, -1, false, 90, 30.f}, {1, 300, 310, 2, 1, 64, false, false, 60, true, 0, 0.f, false, 0.1f},
+      // the logits kernels in deterministic mode (ordered dQ adds ranked as the masks kernel's): soft-cap +
+      // ALiBi causal, d64 soft-cap with lengths (in turns), dropout with a window
+      {1, 300, 310, 2, 1, 128, true, true, -1, false, 0, 30.f, true}, {1, 333, 333, 4, 2, 64, true, true, -1, true, 0, 20.f},
+      {2, 257, 300, 2, 1, 64, false, true, 80, false, 0, 0.f, false, 0.2f},
   };
   int fails = 0;
   for (const Case& c : cases) fails += run_case(c, rng);

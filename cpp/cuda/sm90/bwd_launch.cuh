@@ -48,7 +48,7 @@ inline bool run_ordered(const BwdParams& p, int block_n, int head_dim) {
 }
 
 // Plain attention (Cfg::kMasks: the masks-only variants; Cfg::kLogits: a
-// logit transform set on top, atomic mode; Cfg::kWide: the wide-head
+// logit transform set on top; Cfg::kWide: the wide-head
 // kernel, plain attention),
 // head_dim == the config's, 16 B aligned rows (TMA), seqlen_q and
 // seqlen_k > 0; else cudaErrorNotSupported (the caller runs the SM80
@@ -60,8 +60,10 @@ cudaError_t launch_bwd_ws(const BwdParams& p, BwdLaunchFlags flags, int rotate, 
   static_assert(M % kBwdOrderRows == 0);
   if (p.head_dim != D || !flags.vec_ok || p.seqlen_q <= 0 || p.seqlen_k <= 0) return cudaErrorNotSupported;
   if constexpr (Cfg::kLogits != 0) {
-    // Exactly this kernel's logit transforms (with or without masks), atomic mode.
-    if (p.deterministic || bwd90::logits_kind(p) != Cfg::kLogits) return cudaErrorNotSupported;
+    // Exactly this kernel's logit transforms (with or without masks). The
+    // transforms change no step's skip, so deterministic mode ranks the dQ
+    // adds as the masks-only kernel does, and likewise not with segment ids.
+    if (bwd90::logits_kind(p) != Cfg::kLogits || (p.deterministic && p.segment_ids())) return cudaErrorNotSupported;
   } else if constexpr (Cfg::kMasks) {
     // Masks-only variants; deterministic mode without segment ids (whose
     // skipped tiles break masks_dq_rank's runs).
@@ -154,7 +156,8 @@ cudaError_t run_bwd_sm90_masks_hdim(const BwdParams& params, BwdLaunchFlags flag
 }
 
 // Soft-cap and / or ALiBi without dropout, or dropout alone, with or
-// without the masks-only variants, atomic mode, vector-aligned inputs (else
+// without the masks-only variants, atomic mode and deterministic without
+// segment ids, vector-aligned inputs (else
 // NotSupported: the SM80 kernels): the warp-specialised kernel's kLogits
 // instantiations (sm90/bwd_logits.cuh), one a transform set.
 template <DType kDType, int kHeadDim>
