@@ -8,6 +8,7 @@
 // kernel reads it back the same way and writes dq = scale * dQ.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 
 #include <cute/tensor.hpp>
@@ -61,6 +62,9 @@ __device__ __forceinline__ void bwd_write_dq(const BwdKernelParams<Cfg>& kp, typ
                                              const Work& w, int lane, int parity) {
   constexpr int M = Cfg::kBlockM, D = Cfg::kHeadDim;
   const int bar_full = bwd_dq_full(parity), bar_empty = bwd_dq_empty(parity);
+  // (kMasks, deterministic) masks_dq_rank's walk: the highest key tile that
+  // visits the last ranked query tile, and that tile.
+  int run_last = w.n_block, run_m = INT_MAX;
   for (int step = parity; step < w.steps; step += 2) {
     const int h = w.head(step), m = w.m_block(step);
     // (kMasks) A step the producer skipped (bwd_masks.cuh) stages nothing;
@@ -78,9 +82,12 @@ __device__ __forceinline__ void bwd_write_dq(const BwdKernelParams<Cfg>& kp, typ
       bool first = false;
       if (counter != nullptr) {
         int rank;
-        if constexpr (Cfg::kMasks)
-          rank = bwd90::masks_dq_rank<M, Cfg::kBlockN>(ss.ms.variant(kp.p, w.batch), w.n_block, w.n_blocks, m);
-        else
+        if constexpr (Cfg::kMasks) {
+          if (m < run_m) run_last = w.n_block;  // the next q head: the walk restarts
+          run_m = m;
+          rank = bwd90::masks_dq_rank<M, Cfg::kBlockN>(ss.ms.variant(kp.p, w.batch), w.n_block, w.n_blocks, m,
+                                                       run_last);
+        } else
           rank = w.dq_rank(kp.p, m);
         first = !Cfg::kMasks && rank == 0;
         wait_count(counter, rank);

@@ -118,21 +118,22 @@ __device__ __forceinline__ void masks_t(TC0 const& tSc0_rc, int rb, int cb, cons
 // mt before key tile nb (which visits it). For the band masks (causal,
 // window, offsets, lengths) the key tiles at or above nb that visit mt are
 // a run [nb, last] (query_tiles' bounds only grow with the key tile, until
-// the tiles past kv_len, which visit nothing), so a binary search finds
-// `last`. Segment ids break the run.
+// the tiles past kv_len, which visit nothing), and `last` never decreases
+// as mt grows. So a CTA walks it up over its query tiles in turn: `last`
+// holds the previous answer (nb to start, and again when the walk restarts
+// at a lower query tile, i.e. the next q head), and a step costs a visit
+// test or two, not a binary search's log2(n_blocks) (the dQ writer computes
+// it between the staged tile and its add: the deterministic chain's path).
+// Segment ids break the run.
 template <int M, int N>
-__device__ __forceinline__ int masks_dq_rank(const Variant& v, int nb, int n_blocks, int mt) {
-  int lo = nb, hi = n_blocks - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
+__device__ __forceinline__ int masks_dq_rank(const Variant& v, int nb, int n_blocks, int mt, int& last) {
+  while (last + 1 < n_blocks) {
     int a = 0, z = 0;
-    v.template query_tiles<M>(mid * N, mid * N + N - 1, a, z);
-    if (a <= mt && mt < z)
-      lo = mid;
-    else
-      hi = mid - 1;
+    v.template query_tiles<M>((last + 1) * N, (last + 1) * N + N - 1, a, z);
+    if (a > mt || mt >= z) break;
+    ++last;
   }
-  return lo - nb;
+  return last - nb;
 }
 
 }  // namespace jax_flash::cuda::bwd90
