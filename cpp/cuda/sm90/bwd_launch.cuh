@@ -60,14 +60,16 @@ cudaError_t launch_bwd_ws(const BwdParams& p, BwdLaunchFlags flags, int rotate, 
   static_assert(M % kBwdOrderRows == 0);
   if (p.head_dim != D || !flags.vec_ok || p.seqlen_q <= 0 || p.seqlen_k <= 0) return cudaErrorNotSupported;
   if constexpr (Cfg::kLogits != 0) {
-    // Exactly this kernel's logit transforms (with or without masks). The
-    // transforms change no step's skip, so deterministic mode ranks the dQ
-    // adds as the masks-only kernel does, and likewise not with segment ids.
-    if (bwd90::logits_kind(p) != Cfg::kLogits || (p.deterministic && p.segment_ids())) return cudaErrorNotSupported;
+    // Exactly this kernel's logit transforms (with or without masks).
+    if (bwd90::logits_kind(p) != Cfg::kLogits) return cudaErrorNotSupported;
   } else if constexpr (Cfg::kMasks) {
-    // Masks-only variants; deterministic mode without segment ids (whose
-    // skipped tiles break masks_dq_rank's runs).
-    if (!variant_masks_only(p) || (p.deterministic && p.segment_ids())) return cudaErrorNotSupported;
+    if (!variant_masks_only(p)) return cudaErrorNotSupported;  // the masks-only variants
+  }
+  // The masks kernels (the logits ones too: kLogits implies kMasks) rank
+  // deterministic dQ adds by masks_dq_rank, whose runs segment ids break;
+  // the logit transforms change no step's skip, so they rank alike.
+  if constexpr (Cfg::kMasks) {
+    if (p.deterministic && p.segment_ids()) return cudaErrorNotSupported;
   }
   if (p.deterministic && !bwd_order_fits_dq(p, D)) return cudaErrorNotSupported;
   if (!bwd::rows_vec_ok(p.o, p.head_dim, p.o_batch_stride, p.o_row_stride, p.o_head_stride))
