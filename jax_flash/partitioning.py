@@ -169,10 +169,27 @@ def _kernel_head_dim(d: int, variants: bool) -> int:
     return max(padded, min(larger)) if larger else padded
 
 
+# The padded head dims the Hopper (sm_90a) kernels run plain calls at, by the
+# SM80 kernel head dim (cpp/cuda/common/head_dims.h, hopper_pad_head_dim).
+_HOPPER_PAD = {32: 64, 96: 128, 160: 256, 192: 256, 224: 256}
+
+
+def _accum_head_dim(d: int, variants: bool) -> int:
+    """The dQ accumulator's head dim: the kernel's (_kernel_head_dim), or for
+    plain attention in a build with sm_90a the Hopper kernel's where head dim
+    `d` runs zero-padded on it (cpp/cuda/bwd_launch.cu, accum_head_dim)."""
+    kd = _kernel_head_dim(d, variants)
+    pad = None if variants else _HOPPER_PAD.get(kd)
+    archs = (_ffi.cuda_archs() or "").split(";")
+    if pad is not None and "90a" in archs and pad in _ffi.cuda_head_dims(False):
+        return pad
+    return kd
+
+
 def _bwd_workspace_floats(q, deterministic: bool, variants: bool, k_shape=None) -> int:
     """float32 scratch per leading-batch element for the CUDA backward: rowsum
     D = rowsum(dO * O), plus the float32 dQ accumulator (head_dim padded to the
-    kernel's) in atomic mode, and in deterministic mode where the Hopper kernel
+    widest kernel's that may run: _accum_head_dim) in atomic mode, and in deterministic mode where the Hopper kernel
     may run (padded head dim 64 or 128: plain attention and the masks-only
     variants without segment ids, sized so for every variant there; 256: plain
     attention). The ordered kernels' counters (deterministic mode, and the
@@ -199,7 +216,7 @@ def _bwd_workspace_floats(q, deterministic: bool, variants: bool, k_shape=None) 
         sk, hkv = (k_shape or q.shape)[-3], (k_shape or q.shape)[-2]
         pad8 = lambda n: -(-n // 8) * 8  # noqa: E731
         return hq * sq + 9 * 64 + hkv * d * (2 * sk + pad8(sk)) + 2 * hq * d * (sq + pad8(sq))
-    d_pad = _kernel_head_dim(d, variants)
+    d_pad = _accum_head_dim(d, variants)
     rows = hq * sq * math.prod(q.shape[:-3])
     slack = 0 if rows % 64 == 0 else 128
     det_ordered = d_pad in (64, 128) or (d_pad == 256 and not variants)

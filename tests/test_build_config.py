@@ -114,6 +114,32 @@ def test_workspace_head_dim_follows_the_kernel_that_runs(monkeypatch, d, variant
     assert partitioning._kernel_head_dim(d, variants) == expected
 
 
+# A sm_90a build runs plain calls at head dims between the Hopper kernels'
+# (64 / 128 / 256) zero-padded on the next one: its accumulator is that wide.
+@pytest.mark.parametrize(
+    "d,variants,archs,expected",
+    [(96, False, "80;90a", 128), (96, False, "80", 96), (96, True, "80;90a", 128), (80, False, "90a", 128),
+     (40, False, "90a", 64), (20, False, "90a", 64), (192, False, "90a", 256), (160, False, "90a", 256),
+     (192, True, "90a", 256), (128, False, "90a", 128), (256, False, "90a", 256)],
+)
+def test_accumulator_head_dim_follows_the_widest_kernel_that_may_run(monkeypatch, d, variants, archs, expected):
+    from jax_flash import _ffi, partitioning
+
+    built = {False: (32, 64, 96, 128, 160, 192, 224, 256), True: (32, 64, 128, 256)}
+    monkeypatch.setattr(_ffi, "cuda_head_dims", lambda v=False: built[bool(v)])
+    monkeypatch.setattr(_ffi, "cuda_archs", lambda: archs)
+    assert partitioning._accum_head_dim(d, variants) == expected
+
+
+def test_accumulator_head_dim_without_the_padded_hopper_kernel(monkeypatch):
+    from jax_flash import _ffi, partitioning
+
+    built = (32, 96, 192)  # no 64 / 128 / 256: the SM80 kernels of 32 / 96 / 192 run
+    monkeypatch.setattr(_ffi, "cuda_head_dims", lambda v=False: built)
+    monkeypatch.setattr(_ffi, "cuda_archs", lambda: "90a")
+    assert [partitioning._accum_head_dim(d, False) for d in (20, 96, 150)] == [32, 96, 192]
+
+
 def test_workspace_head_dim_without_cuda_is_the_32_multiple(monkeypatch):
     from jax_flash import _ffi, partitioning
 
@@ -184,7 +210,7 @@ def test_workspace_covers_the_cuda_layout_with_no_slack_when_aligned(lead, sq, h
 
     q = jax.ShapeDtypeStruct(lead + (sq, hq, d), jnp.bfloat16)
     batch = math.prod(lead)
-    d_pad = partitioning._kernel_head_dim(d, variants)
+    d_pad = partitioning._accum_head_dim(d, variants)
     have = 4 * batch * partitioning._bwd_workspace_floats(q, deterministic, variants)
     need = _cuda_workspace_bytes(batch, hq, sq, d_pad, deterministic, variants)
     assert have >= need

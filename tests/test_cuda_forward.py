@@ -160,9 +160,11 @@ def test_cuda_forward_rising_row_max(head_dim, slope, causal):
     _check(1, 333, 701, 2, 1, head_dim, jnp.bfloat16, causal, rising_slope=slope)
 
 
+# (dtype as a parameter: conftest skips it in a build without float16 kernels)
+@pytest.mark.parametrize("dtype", [jnp.float16], ids=["fp16"])
 @pytest.mark.parametrize("causal", [False, True])
-def test_cuda_forward_rising_row_max_fp16(causal):
-    _check(2, 700, 700, 2, 2, 128, jnp.float16, causal, rising_slope=0.08)
+def test_cuda_forward_rising_row_max_fp16(causal, dtype):
+    _check(2, 700, 700, 2, 2, 128, dtype, causal, rising_slope=0.08)
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -173,5 +175,6 @@ def test_cuda_forward_negative_scale(head_dim, causal):
     _check(2, 300, 333, 2, 1, head_dim, jnp.bfloat16, causal, scale=-0.3, q_mul=4.0, compare_cpu=False)
 
 
-def test_cuda_forward_fp16_long_causal():
-    _check(2, 1031, 2049, 4, 4, 64, jnp.float16, True, compare_cpu=False)
+@pytest.mark.parametrize("dtype", [jnp.float16], ids=["fp16"])
+def test_cuda_forward_fp16_long_causal(dtype):
+    _check(2, 1031, 2049, 4, 4, 64, dtype, True, compare_cpu=False)

@@ -31,7 +31,8 @@ template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_varm_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream);
 
 // The warp-specialised Hopper backward (cpp/cuda/sm90/) for plain attention,
-// atomic or deterministic, with head_dim == kHeadDim, vector-aligned inputs
+// atomic or deterministic, with head_dim <= kHeadDim (zero-padded: the
+// dispatcher sends head dims between 64 / 128 / 256 here), vector-aligned inputs
 // and non-empty sequences (instantiations/bwd_sm90_*.cu, built only when the
 // archs include 90a); cudaErrorNotSupported otherwise (the SM80 kernels take
 // those), or when the device is not cc 9.0.
@@ -59,7 +60,8 @@ cudaError_t run_bwd_sm90_wide_hdim(const BwdParams& params, BwdLaunchFlags flags
 
 // Workspace: [dsum: B*Hq*Sq floats][dq accumulator: B*Hq*Sq'*kHeadDim floats],
 // each part 256 B aligned, where Sq' is Sq rounded up to whole kBwdRowPad
-// tiles (below). The accumulator is there in atomic mode, and in
+// tiles (below) and kHeadDim is the widest kernel's that may run (a plain
+// head dim of 96 runs padded on the Hopper kernel of 128: 128). The accumulator is there in atomic mode, and in
 // deterministic mode where the Hopper kernel may run it (padded head dims 64
 // and 128: plain attention and the masks-only variants without segment ids,
 // sized for any variant there; 256: plain attention), which orders its dQ

@@ -56,14 +56,30 @@ BwdParams for_kernel(const BwdParams& p) {
   return q;
 }
 
+// The Hopper kernel head dim that serves a plain call whose SM80 kernel is
+// D: D itself at 64 / 128 / 256, the padded one (hopper_pad_head_dim), or 0.
+template <int D>
+constexpr int hopper_bwd_head_dim() {
+#if defined(JAX_FLASH_BWD_SM90)
+  return D == 64 || D == 128 || D == 256 ? D : hopper_pad_head_dim<D>();
+#else
+  return 0;
+#endif
+}
+
 template <DType kDType>
 cudaError_t dispatch_bwd(const BwdParams& p, BwdLaunchFlags f, cudaStream_t s) {
   if (p.plain_mask())
     return dispatch_head_dim(p.head_dim, [&](auto d) {
       constexpr int D = decltype(d)::value;
 #if defined(JAX_FLASH_BWD_SM90)
-      if constexpr (D == 256) {
-        const cudaError_t err = run_bwd_sm90_wide_hdim<kDType, D>(p, f, s);
+      // 64 / 128 exactly: run_bwd_hdim tries the Hopper kernel itself.
+      constexpr int H = hopper_bwd_head_dim<D>();
+      if constexpr (H == 256) {
+        const cudaError_t err = run_bwd_sm90_wide_hdim<kDType, H>(p, f, s);
+        if (err != cudaErrorNotSupported) return err;
+      } else if constexpr (H != 0 && H != D) {
+        const cudaError_t err = run_bwd_sm90_hdim<kDType, H>(p, f, s);
         if (err != cudaErrorNotSupported) return err;
       }
 #endif
@@ -99,10 +115,23 @@ int kernel_head_dim(const BwdParams& p) {
   return p.plain_mask() ? round_head_dim(p.head_dim) : round_variant_head_dim(p.head_dim);
 }
 
+// The dQ accumulator's head dim: the widest kernel that may run, i.e. the
+// Hopper one where a plain call's head dim runs padded on it.
+int accum_head_dim(const BwdParams& p) {
+  const int d = kernel_head_dim(p);
+  if (!p.plain_mask()) return d;
+  int h = 0;
+  dispatch_head_dim(p.head_dim, [&](auto k) {
+    h = hopper_bwd_head_dim<decltype(k)::value>();
+    return cudaSuccess;
+  });
+  return h > d ? h : d;
+}
+
 }  // namespace
 
 size_t bwd_workspace_bytes(const BwdParams& p) {
-  const int d = kernel_head_dim(p);
+  const int d = accum_head_dim(p);
   if (d == 0 || p.batch <= 0 || p.heads_q <= 0 || p.seqlen_q <= 0) return 0;
   return bwd_dsum_bytes(p) + bwd_accum_bytes(p, d);  // (the order counters live in dq: bwd_dispatch.h)
 }

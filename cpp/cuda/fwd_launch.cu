@@ -22,7 +22,18 @@ template <DType kDType>
 cudaError_t dispatch_hdim(const FwdParams& p, bool variants, bool vec, cudaStream_t stream) {
   if (!variants)
     return dispatch_head_dim(p.head_dim, [&](auto d) {
-      return run_fwd_hdim<kDType, decltype(d)::value>(p, stream);
+      constexpr int D = decltype(d)::value;
+#if defined(JAX_FLASH_FWD_SM90)
+      // A head dim between the Hopper kernel's (64 / 128 / 256) runs
+      // zero-padded on the next one where that is faster than its own
+      // SM80 kernel (run_fwd_hdim tries the Hopper kernel at exactly those).
+      constexpr int H = hopper_pad_head_dim<D>();
+      if constexpr (H != 0) {
+        const cudaError_t err = run_fwd_sm90_hdim<kDType, H>(p, stream);
+        if (err != cudaErrorNotSupported) return err;
+      }
+#endif
+      return run_fwd_hdim<kDType, D>(p, stream);
     });
   // Variants, and the element-wise copy path (head_dim % 8 != 0, unaligned
   // rows): the variants kernels, whose vector flag is a run-time value.

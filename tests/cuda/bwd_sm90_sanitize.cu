@@ -85,19 +85,21 @@ static int run_case(const Case& c, std::mt19937& rng) {
   p.dtype = DType::kBFloat16;
   std::vector<void*> owned;
   CHECK(set_options(c, p, owned) ? cudaSuccess : cudaErrorMemoryAllocation);
-  const size_t ws_bytes = jf::bwd_dsum_bytes(p) + jf::bwd_accum_bytes(p, c.d);  // (order counters: in dq)
+  // The kernel's head dim: other head dims run zero-padded on it.
+  const int kd = c.d <= 64 ? 64 : c.d <= 128 ? 128 : 256;
+  const size_t ws_bytes = jf::bwd_dsum_bytes(p) + jf::bwd_accum_bytes(p, kd);  // (order counters: in dq)
   CHECK(cudaMalloc(&ws, ws_bytes));
   p.workspace = ws;
   jf::BwdLaunchFlags flags;
   flags.vec_ok = flags.pair_ok = true;
   const cudaError_t launched =
-      c.logits()  ? (c.d == 64 ? jf::run_bwd_sm90_logits_hdim<DType::kBFloat16, 64>(p, flags, 0)
-                               : jf::run_bwd_sm90_logits_hdim<DType::kBFloat16, 128>(p, flags, 0))
-      : c.masks() ? (c.d == 64 ? jf::run_bwd_sm90_masks_hdim<DType::kBFloat16, 64>(p, flags, 0)
-                             : jf::run_bwd_sm90_masks_hdim<DType::kBFloat16, 128>(p, flags, 0))
-      : c.d == 256 ? jf::run_bwd_sm90_wide_hdim<DType::kBFloat16, 256>(p, flags, 0)
-                : (c.d == 64 ? jf::run_bwd_sm90_hdim<DType::kBFloat16, 64>(p, flags, 0)
-                             : jf::run_bwd_sm90_hdim<DType::kBFloat16, 128>(p, flags, 0));
+      c.logits()  ? (kd == 64 ? jf::run_bwd_sm90_logits_hdim<DType::kBFloat16, 64>(p, flags, 0)
+                              : jf::run_bwd_sm90_logits_hdim<DType::kBFloat16, 128>(p, flags, 0))
+      : c.masks() ? (kd == 64 ? jf::run_bwd_sm90_masks_hdim<DType::kBFloat16, 64>(p, flags, 0)
+                              : jf::run_bwd_sm90_masks_hdim<DType::kBFloat16, 128>(p, flags, 0))
+      : kd == 256 ? jf::run_bwd_sm90_wide_hdim<DType::kBFloat16, 256>(p, flags, 0)
+                  : (kd == 64 ? jf::run_bwd_sm90_hdim<DType::kBFloat16, 64>(p, flags, 0)
+                              : jf::run_bwd_sm90_hdim<DType::kBFloat16, 128>(p, flags, 0));
   CHECK(launched);
   CHECK(cudaDeviceSynchronize());
   size_t bad = 0;
@@ -143,6 +145,10 @@ int main(int argc, char** argv) {
       // ALiBi causal, d64 soft-cap with lengths (in turns), dropout with a window
       {1, 300, 310, 2, 1, 128, true, true, -1, false, 0, 30.f, true}, {1, 333, 333, 4, 2, 64, true, true, -1, true, 0, 20.f},
       {2, 257, 300, 2, 1, 64, false, true, 80, false, 0, 0.f, false, 0.2f},
+      // Head dims zero-padded on the kernel's (96 and 80 on 128, 192 on 256, 40 on 64).
+      {2, 300, 131, 4, 2, 96, true, false},  {1, 257, 300, 2, 1, 96, false, true},
+      {1, 200, 333, 2, 1, 192, true, false}, {2, 129, 257, 2, 2, 160, false, true},
+      {1, 300, 310, 2, 1, 40, true, false, 70, true, 0}, {1, 257, 300, 2, 1, 80, false, true, -1, false, 0, 30.f},
   };
   int fails = 0;
   for (const Case& c : cases) fails += run_case(c, rng);

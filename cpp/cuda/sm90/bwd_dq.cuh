@@ -119,6 +119,7 @@ __device__ __forceinline__ void bwd_write_dq(const BwdKernelParams<Cfg>& kp, typ
 // shared tile and leaves in 16-byte stores, two whole rows a warp. (Stored
 // straight from the accumulator layout, 4-byte pairs over 8 rows an
 // instruction, it had run at ~60% of DRAM bandwidth: ncu, d128 1k.)
+// Columns past head_dim (a head dim zero-padded on this kernel) are dropped.
 template <class Cfg>
 __global__ void __launch_bounds__(256) bwd_dq_convert_kernel(const BwdParams p, const float* __restrict__ dq_accum,
                                                              int rows_pad, bool pair_ok, bool vec_ok) {
@@ -138,10 +139,12 @@ __global__ void __launch_bounds__(256) bwd_dq_convert_kernel(const BwdParams p, 
   Element* dq = static_cast<Element*>(p.dq) + b * p.dq_batch_stride + int64_t(m0) * p.dq_row_stride + h * p.dq_head_stride;
   CUTE_UNROLL
   for (int part = 0; part < Cfg::kDqParts; ++part) {
+    const int cols = p.head_dim - part * kCols;  // of this part's kCols (uniform: no barrier skipped)
+    if (cols <= 0) break;
     Tensor acc = partition_fragment_C(mma_dq, Shape<Int<M>, Int<kCols>>{});
     dq_from_staged<256>(acc, dq_accum + row * D + part * Cfg::kDqPartFloats, ct);
     if (!vec_ok) {
-      bwd::store_acc(acc, coords, dq + part * kCols, p.dq_row_stride, rows, kCols, p.scale, pair_ok);
+      bwd::store_acc(acc, coords, dq + part * kCols, p.dq_row_stride, rows, cols, p.scale, pair_ok);
       continue;
     }
     if (part > 0) __syncthreads();  // the previous part's tile has been read
@@ -153,7 +156,7 @@ __global__ void __launch_bounds__(256) bwd_dq_convert_kernel(const BwdParams p, 
     CUTE_UNROLL
     for (int idx = ct; idx < M * kRowChunks; idx += 256) {
       const int r = idx / kRowChunks, c = (idx % kRowChunks) * 8;
-      if (r < rows)
+      if (r < rows && c < cols)  // (vec_ok: head_dim is whole 8-element chunks)
         *reinterpret_cast<uint4*>(dq + int64_t(r) * p.dq_row_stride + part * kCols + c) =
             *reinterpret_cast<const uint4*>(tile + r * kStride + c);
     }

@@ -25,14 +25,15 @@ __device__ __forceinline__ Element* dv_rows(const BwdParams& p, int b, int hkv, 
 }
 
 // dK (times the softmax scale) and dV of key rows [n0, n0 + BN), of which
-// `rows` (Sk - n0) exist.
-template <typename Element, int D, class TA, class TC>
+// `rows` (Sk - n0) exist; the columns past head_dim (a head dim run
+// zero-padded on a wider kernel) are dropped.
+template <typename Element, class TA, class TC>
 __device__ __forceinline__ void store_dkdv(TA const& acc_dk, TA const& acc_dv, TC const& coords, const BwdParams& p,
                                            int b, int hkv, int n0, int rows, bool pair_ok) {
   Element* dk = dk_rows<Element>(p, b, hkv, n0);
   Element* dv = dv_rows<Element>(p, b, hkv, n0);
-  bwd::store_acc(acc_dk, coords, dk, p.dk_row_stride, rows, D, p.scale, pair_ok);
-  bwd::store_acc(acc_dv, coords, dv, p.dv_row_stride, rows, D, 1.f, pair_ok);
+  bwd::store_acc(acc_dk, coords, dk, p.dk_row_stride, rows, p.head_dim, p.scale, pair_ok);
+  bwd::store_acc(acc_dv, coords, dv, p.dv_row_stride, rows, p.head_dim, 1.f, pair_ok);
 }
 
 }  // namespace jax_flash::cuda::bwd90
@@ -59,10 +60,10 @@ __device__ __forceinline__ void bwd_consume(const KernelParams& kp, Storage& ss,
     const int n0 = w.n_block * N;
     if (ct < 128)
       bwd::store_acc(acc, tKVc, bwd90::dv_rows<Element>(p, w.batch, w.head_kv, n0), p.dv_row_stride,
-                     p.seqlen_k - n0, D, 1.f, kp.pair_ok);
+                     p.seqlen_k - n0, p.head_dim, 1.f, kp.pair_ok);
     else
       bwd::store_acc(acc, tKVc, bwd90::dk_rows<Element>(p, w.batch, w.head_kv, n0), p.dk_row_stride,
-                     p.seqlen_k - n0, D, p.scale, kp.pair_ok);
+                     p.seqlen_k - n0, p.head_dim, p.scale, kp.pair_ok);
   } else {
     typename Mainloop::AccKV acc_dk, acc_dv;
     clear(acc_dk);
@@ -70,7 +71,7 @@ __device__ __forceinline__ void bwd_consume(const KernelParams& kp, Storage& ss,
     mainloop.run(kp, ss, w, acc_dk, acc_dv);
     Tensor tKVc = mainloop.mma_dkv.get_thread_slice(ct).partition_C(make_identity_tensor(Shape<Int<N>, Int<D>>{}));
     const int n0 = w.n_block * N;
-    bwd90::store_dkdv<Element, D>(acc_dk, acc_dv, tKVc, kp.p, w.batch, w.head_kv, n0, kp.p.seqlen_k - n0,
+    bwd90::store_dkdv<Element>(acc_dk, acc_dv, tKVc, kp.p, w.batch, w.head_kv, n0, kp.p.seqlen_k - n0,
                                   kp.pair_ok);
   }
 }

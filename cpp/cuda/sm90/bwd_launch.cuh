@@ -48,17 +48,18 @@ inline bool run_ordered(const BwdParams& p, int block_n, int head_dim) {
 }
 
 // Plain attention (Cfg::kMasks: the masks-only variants; Cfg::kLogits: a
-// logit transform set on top; Cfg::kWide: the wide-head
-// kernel, plain attention),
-// head_dim == the config's, 16 B aligned rows (TMA), seqlen_q and
-// seqlen_k > 0; else cudaErrorNotSupported (the caller runs the SM80
-// kernels). rotate: the query-tile rotation (BwdWork), 0 for none.
+// logit transform set on top; Cfg::kWide: the wide-head kernel, plain
+// attention), head_dim <= the config's (TMA zero-fills the columns past it,
+// which then add nothing to any product; the epilogues drop them), 16 B
+// aligned rows (TMA), seqlen_q and seqlen_k > 0; else cudaErrorNotSupported
+// (the caller runs the SM80 kernels). rotate: the query-tile rotation
+// (BwdWork), 0 for none.
 template <class Cfg>
 cudaError_t launch_bwd_ws(const BwdParams& p, BwdLaunchFlags flags, int rotate, cudaStream_t stream) {
   using Element = typename Cfg::Element;
   constexpr int M = Cfg::kBlockM, N = Cfg::kBlockN, D = Cfg::kHeadDim;
   static_assert(M % kBwdOrderRows == 0);
-  if (p.head_dim != D || !flags.vec_ok || p.seqlen_q <= 0 || p.seqlen_k <= 0) return cudaErrorNotSupported;
+  if (p.head_dim > D || !flags.vec_ok || p.seqlen_q <= 0 || p.seqlen_k <= 0) return cudaErrorNotSupported;
   if constexpr (Cfg::kLogits != 0) {
     // Exactly this kernel's logit transforms (with or without masks).
     if (bwd90::logits_kind(p) != Cfg::kLogits) return cudaErrorNotSupported;

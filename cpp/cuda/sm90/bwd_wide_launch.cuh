@@ -11,7 +11,7 @@
 
 namespace jax_flash::cuda {
 
-// Plain attention, head_dim == kHeadDim, vector-aligned inputs, non-empty
+// Plain attention, head_dim <= kHeadDim, vector-aligned inputs, non-empty
 // sequences (else NotSupported: the SM80 kernels). Atomic mode staggers
 // each key tile's first query tile (BwdWork's rotation by one), so that the
 // CTAs running side by side add into different dQ tiles. The ordered path
