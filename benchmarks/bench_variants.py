@@ -15,8 +15,9 @@ its plain causal kernel, forward and forward+backward, in one run.
     documents cost without packing).
 (c) each option alone vs plain causal at seqlen 8k, head_dim 128, bf16:
     window (covering everything: pure overhead), soft-cap, ALiBi, lengths
-    (full), segments (one document), dropout 0.1, per-batch query offsets (0),
-    soft-cap + ALiBi. --options picks some by name prefix.
+    (full), segments (one document), dropout 0.1 (alone, with soft-cap, with
+    ALiBi), per-batch query offsets (0), soft-cap + ALiBi. --options picks
+    some by name prefix.
     Target: <= 10% overhead. --deterministic runs every call, the plain base
     too, with deterministic=True.
 
@@ -189,6 +190,8 @@ def main(argv=None):
                 "lengths (full)": dict(query_seq_lengths=full_len, key_value_seq_lengths=full_len),
                 "segments (one document)": dict(q_segment_ids=one_doc, kv_segment_ids=one_doc),
                 "dropout 0.1": dict(dropout_rate=0.1, dropout_rng=jax.random.key(0)),
+                "dropout 0.1 + softcap 30": dict(dropout_rate=0.1, dropout_rng=jax.random.key(0), logits_soft_cap=30.0),
+                "dropout 0.1 + alibi": dict(dropout_rate=0.1, dropout_rng=jax.random.key(0), alibi_slopes=alibi_slopes(h)),
                 "query_offset [b] (zeros)": dict(query_offset=zeros),
             }
             for name, opts in options.items():

@@ -233,6 +233,11 @@ CASES = [
     ("batchoff causal", 3, 111, 260, 2, 1, 64),
     ("window batchoff lengths", 3, 190, 230, 2, 2, 64),
     ("causal window segments lengths softcap alibi dropout", 3, 201, 199, 4, 2, 128),
+    # dropout with soft-cap and / or ALiBi (the Hopper backward's own kLogits sets)
+    ("softcap dropout causal", 2, 400, 420, 4, 2, 64),
+    ("alibi dropout lengths", 2, 300, 333, 2, 1, 128),
+    ("softcap alibi dropout window", 2, 500, 500, 4, 2, 64),
+    ("softcap dropout segruns", 1, 700, 700, 2, 1, 96),
     # masks-only options over many tiles (the Hopper backward at 64 / 128:
     # query-tile narrowing, skipped tiles, tiles straddling documents)
     ("segruns causal", 2, 1100, 1100, 2, 1, 128),
@@ -371,6 +376,8 @@ DET_CASES = [
     ("alibi batchoff", 2, 600, 800, 4, 4, 128),
     ("causal lengths softcap", 2, 517, 517, 4, 2, 64),
     ("window dropout", 1, 900, 1000, 2, 1, 64),
+    ("causal softcap dropout", 2, 600, 650, 4, 2, 128),
+    ("alibi dropout lengths", 1, 700, 800, 2, 1, 64),
 ]
 
 

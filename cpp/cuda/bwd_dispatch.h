@@ -53,6 +53,13 @@ cudaError_t run_bwd_sm90_masks_hdim(const BwdParams& params, BwdLaunchFlags flag
 template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_sm90_logits_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream);
 
+// Dropout with soft-cap and / or ALiBi (with or without the masks-only
+// variants) on the Hopper kernel, atomic mode and deterministic without
+// segment ids (instantiations/bwd_sm90_logits_dropout_*.cu, built like the
+// logits units).
+template <DType kDType, int kHeadDim>
+cudaError_t run_bwd_sm90_logits_dropout_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream);
+
 // Same for head dim 256 (sm90/bwd_wide_config.cuh: the warpgroups keep dV
 // and dK; instantiations/bwd_sm90_hdim256_*.cu), plain attention, both modes.
 template <DType kDType, int kHeadDim>

@@ -93,7 +93,10 @@ static int run_case(const Case& c, std::mt19937& rng) {
   jf::BwdLaunchFlags flags;
   flags.vec_ok = flags.pair_ok = true;
   const cudaError_t launched =
-      c.logits()  ? (kd == 64 ? jf::run_bwd_sm90_logits_hdim<DType::kBFloat16, 64>(p, flags, 0)
+      c.logits() && c.dropout > 0.f && (c.softcap > 0.f || c.alibi)
+                  ? (kd == 64 ? jf::run_bwd_sm90_logits_dropout_hdim<DType::kBFloat16, 64>(p, flags, 0)
+                              : jf::run_bwd_sm90_logits_dropout_hdim<DType::kBFloat16, 128>(p, flags, 0))
+      : c.logits()  ? (kd == 64 ? jf::run_bwd_sm90_logits_hdim<DType::kBFloat16, 64>(p, flags, 0)
                               : jf::run_bwd_sm90_logits_hdim<DType::kBFloat16, 128>(p, flags, 0))
       : c.masks() ? (kd == 64 ? jf::run_bwd_sm90_masks_hdim<DType::kBFloat16, 64>(p, flags, 0)
                               : jf::run_bwd_sm90_masks_hdim<DType::kBFloat16, 128>(p, flags, 0))
@@ -149,6 +152,10 @@ int main(int argc, char** argv) {
       {2, 300, 131, 4, 2, 96, true, false},  {1, 257, 300, 2, 1, 96, false, true},
       {1, 200, 333, 2, 1, 192, true, false}, {2, 129, 257, 2, 2, 160, false, true},
       {1, 300, 310, 2, 1, 40, true, false, 70, true, 0}, {1, 257, 300, 2, 1, 80, false, true, -1, false, 0, 30.f},
+      // dropout with soft-cap and / or ALiBi (atomic and deterministic)
+      {2, 300, 333, 2, 1, 64, true, false, -1, false, 0, 30.f, false, 0.15f},
+      {1, 257, 300, 2, 1, 128, false, true, 90, false, 0, 20.f, true, 0.1f},
+      {2, 300, 300, 4, 2, 128, true, false, -1, true, 60, 0.f, true, 0.2f},
   };
   int fails = 0;
   for (const Case& c : cases) fails += run_case(c, rng);

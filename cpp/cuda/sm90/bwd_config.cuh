@@ -36,7 +36,7 @@ template <> struct BwdTile<64>  { static constexpr int kM = 128; };
 template <> struct BwdTile<128> { static constexpr int kM = 64; };
 
 // kMasks: the masks-only variants (bwd_masks.cuh); kLogits (with kMasks):
-// soft-cap / ALiBi, or dropout alone, fwd::kLogit* bits (bwd_logits.cuh).
+// soft-cap / ALiBi / dropout, any set of the fwd::kLogit* bits (bwd_logits.cuh).
 // Their per-CTA and per-stage values follow the plain storage.
 template <int kHeadDim_, class Element_, bool kMasks_ = false, int kLogits_ = 0>
 struct BwdConfig {
@@ -44,7 +44,7 @@ struct BwdConfig {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kMasks = kMasks_;
   static constexpr int kLogits = kLogits_;
-  static_assert(kLogits == 0 || (kMasks && ((kLogits > 0 && kLogits <= 3) || kLogits == fwd::kLogitDropout)));
+  static_assert(kLogits == 0 || (kMasks && kLogits > 0 && kLogits <= 7));
   static constexpr int kBlockM = BwdTile<kHeadDim>::kM;
   static constexpr int kBlockN = 128;
   static constexpr int kStages = 2;  // Q / dO / LSE / D ring

@@ -181,7 +181,30 @@ cudaError_t run_bwd_sm90_logits_hdim(const BwdParams& params, BwdLaunchFlags fla
   }
 }
 
+// Dropout with soft-cap and / or ALiBi: the same kernel's three kLogits
+// sets with the dropout bit (own units, instantiations/
+// bwd_sm90_logits_dropout_*.cu, so that they build beside the others).
+template <DType kDType, int kHeadDim>
+cudaError_t run_bwd_sm90_logits_dropout_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream) {
+  constexpr int kCap = fwd::kLogitSoftcap, kAlibi = fwd::kLogitAlibi, kDrop = fwd::kLogitDropout;
+  using T = bwd::ElementOf<kDType>;
+  switch (bwd90::logits_kind(params)) {
+    case kCap | kDrop:
+      return sm90::launch_bwd_ws<sm90::BwdConfig<kHeadDim, T, true, kCap | kDrop>>(params, flags, 0, stream);
+    case kAlibi | kDrop:
+      return sm90::launch_bwd_ws<sm90::BwdConfig<kHeadDim, T, true, kAlibi | kDrop>>(params, flags, 0, stream);
+    case kCap | kAlibi | kDrop:
+      return sm90::launch_bwd_ws<sm90::BwdConfig<kHeadDim, T, true, kCap | kAlibi | kDrop>>(params, flags, 0, stream);
+    default:
+      return cudaErrorNotSupported;
+  }
+}
+
 }  // namespace jax_flash::cuda
+
+#define JAX_FLASH_INSTANTIATE_BWD_SM90_LOGITS_DROPOUT(DTYPE, HDIM)                                      \
+  template cudaError_t jax_flash::cuda::run_bwd_sm90_logits_dropout_hdim<jax_flash::DType::DTYPE, HDIM>( \
+      const jax_flash::BwdParams&, jax_flash::cuda::BwdLaunchFlags, cudaStream_t);
 
 #define JAX_FLASH_INSTANTIATE_BWD_SM90_LOGITS(DTYPE, HDIM)                                       \
   template cudaError_t jax_flash::cuda::run_bwd_sm90_logits_hdim<jax_flash::DType::DTYPE, HDIM>(  \
