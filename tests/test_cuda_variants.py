@@ -378,6 +378,11 @@ DET_CASES = [
     ("window dropout", 1, 900, 1000, 2, 1, 64),
     ("causal softcap dropout", 2, 600, 650, 4, 2, 128),
     ("alibi dropout lengths", 1, 700, 800, 2, 1, 64),
+    # segment ids, masks only (the Hopper kSegOrder kernels keep the band's
+    # tiles and order the skipped ones too): long documents, recurring ids
+    ("causal seglong", 2, 1100, 1100, 4, 2, 128),
+    ("segruns gqa", 1, 900, 700, 4, 2, 64),
+    ("segruns window lengths", 1, 1000, 1000, 2, 1, 128),
 ]
 
 

@@ -39,8 +39,14 @@ cudaError_t run_bwd_varm_hdim(const BwdParams& params, BwdLaunchFlags flags, cud
 template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_sm90_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream);
 
+// Deterministic mode with segment ids, masks only, on the Hopper kernel's
+// kSegOrder instantiation (instantiations/bwd_sm90_masks_seg_order_*.cu).
+template <DType kDType, int kHeadDim>
+cudaError_t run_bwd_sm90_masks_seg_order_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream);
+
 // Masks-only variants (window, lengths, query offsets, segment ids) on the
-// Hopper kernel, atomic mode (instantiations/bwd_sm90_masks_*.cu, built with
+// Hopper kernel, atomic mode and deterministic without segment ids
+// (instantiations/bwd_sm90_masks_*.cu, built with
 // the variants units of head dims 64 / 128 when the archs include 90a);
 // cudaErrorNotSupported where it does not apply.
 template <DType kDType, int kHeadDim>

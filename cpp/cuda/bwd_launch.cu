@@ -86,7 +86,7 @@ cudaError_t dispatch_bwd(const BwdParams& p, BwdLaunchFlags f, cudaStream_t s) {
       return run_bwd_hdim<kDType, D>(for_kernel<D>(p), f, s);
     });
   // Masks-only variants: no soft-cap, ALiBi or dropout. On Hopper (90a
-  // builds, padded d64 / d128, aligned; deterministic mode without segment ids) the
+  // builds, padded d64 / d128, aligned; deterministic mode with segment ids: masks only) the
   // wgmma kernels take them, and soft-cap / ALiBi without dropout, and
   // dropout alone; else (or NotSupported) the SM80 ones.
   const bool masks = variant_masks_only(p);
@@ -95,7 +95,8 @@ cudaError_t dispatch_bwd(const BwdParams& p, BwdLaunchFlags f, cudaStream_t s) {
 #if defined(JAX_FLASH_BWD_SM90)
     if constexpr (D == 64 || D == 128) {
       if (masks) {
-        const cudaError_t err = run_bwd_sm90_masks_hdim<kDType, D>(p, f, s);
+        const cudaError_t err = p.deterministic && p.segment_ids() ? run_bwd_sm90_masks_seg_order_hdim<kDType, D>(p, f, s)
+                                                                   : run_bwd_sm90_masks_hdim<kDType, D>(p, f, s);
         if (err != cudaErrorNotSupported) return err;
       } else if (variant_dropout(p) && (p.softcap > 0.f || p.alibi_slopes != nullptr)) {
         const cudaError_t err = run_bwd_sm90_logits_dropout_hdim<kDType, D>(p, f, s);

@@ -98,6 +98,9 @@ static int run_case(const Case& c, std::mt19937& rng) {
                               : jf::run_bwd_sm90_logits_dropout_hdim<DType::kBFloat16, 128>(p, flags, 0))
       : c.logits()  ? (kd == 64 ? jf::run_bwd_sm90_logits_hdim<DType::kBFloat16, 64>(p, flags, 0)
                               : jf::run_bwd_sm90_logits_hdim<DType::kBFloat16, 128>(p, flags, 0))
+      : c.masks() && c.deterministic && c.doc > 0
+                  ? (kd == 64 ? jf::run_bwd_sm90_masks_seg_order_hdim<DType::kBFloat16, 64>(p, flags, 0)
+                              : jf::run_bwd_sm90_masks_seg_order_hdim<DType::kBFloat16, 128>(p, flags, 0))
       : c.masks() ? (kd == 64 ? jf::run_bwd_sm90_masks_hdim<DType::kBFloat16, 64>(p, flags, 0)
                               : jf::run_bwd_sm90_masks_hdim<DType::kBFloat16, 128>(p, flags, 0))
       : kd == 256 ? jf::run_bwd_sm90_wide_hdim<DType::kBFloat16, 256>(p, flags, 0)
@@ -152,6 +155,8 @@ int main(int argc, char** argv) {
       {2, 300, 131, 4, 2, 96, true, false},  {1, 257, 300, 2, 1, 96, false, true},
       {1, 200, 333, 2, 1, 192, true, false}, {2, 129, 257, 2, 2, 160, false, true},
       {1, 300, 310, 2, 1, 40, true, false, 70, true, 0}, {1, 257, 300, 2, 1, 80, false, true, -1, false, 0, 30.f},
+      // deterministic with segment ids (the kSegOrder kernel): skipped steps take their turn
+      {2, 400, 400, 4, 2, 64, true, true, -1, false, 90}, {1, 333, 300, 2, 1, 128, false, true, 70, true, 60},
       // dropout with soft-cap and / or ALiBi (atomic and deterministic)
       {2, 300, 333, 2, 1, 64, true, false, -1, false, 0, 30.f, false, 0.15f},
       {1, 257, 300, 2, 1, 128, false, true, 90, false, 0, 20.f, true, 0.1f},

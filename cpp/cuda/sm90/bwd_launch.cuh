@@ -68,9 +68,11 @@ cudaError_t launch_bwd_ws(const BwdParams& p, BwdLaunchFlags flags, int rotate, 
   }
   // The masks kernels (the logits ones too: kLogits implies kMasks) rank
   // deterministic dQ adds by masks_dq_rank, whose runs segment ids break;
-  // the logit transforms change no step's skip, so they rank alike.
+  // the logit transforms change no step's skip, so they rank alike. With
+  // segment ids, deterministic mode takes the kSegOrder kernel, which keeps
+  // the runs (masks only); that kernel takes nothing else.
   if constexpr (Cfg::kMasks) {
-    if (p.deterministic && p.segment_ids()) return cudaErrorNotSupported;
+    if ((p.deterministic && p.segment_ids()) != Cfg::kSegOrder) return cudaErrorNotSupported;
   }
   if (p.deterministic && !bwd_order_fits_dq(p, D)) return cudaErrorNotSupported;
   if (!bwd::rows_vec_ok(p.o, p.head_dim, p.o_batch_stride, p.o_row_stride, p.o_head_stride))
@@ -158,6 +160,14 @@ cudaError_t run_bwd_sm90_masks_hdim(const BwdParams& params, BwdLaunchFlags flag
   return sm90::launch_bwd_ws<Cfg>(params, flags, 0, stream);
 }
 
+// Deterministic mode with segment ids, masks only: the kSegOrder
+// instantiation (own units: instantiations/bwd_sm90_masks_seg_order_*.cu).
+template <DType kDType, int kHeadDim>
+cudaError_t run_bwd_sm90_masks_seg_order_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream) {
+  using Cfg = sm90::BwdConfig<kHeadDim, bwd::ElementOf<kDType>, true, 0, true>;
+  return sm90::launch_bwd_ws<Cfg>(params, flags, 0, stream);
+}
+
 // Soft-cap and / or ALiBi without dropout, or dropout alone, with or
 // without the masks-only variants, atomic mode and deterministic without
 // segment ids, vector-aligned inputs (else
@@ -208,6 +218,10 @@ cudaError_t run_bwd_sm90_logits_dropout_hdim(const BwdParams& params, BwdLaunchF
 
 #define JAX_FLASH_INSTANTIATE_BWD_SM90_LOGITS(DTYPE, HDIM)                                       \
   template cudaError_t jax_flash::cuda::run_bwd_sm90_logits_hdim<jax_flash::DType::DTYPE, HDIM>(  \
+      const jax_flash::BwdParams&, jax_flash::cuda::BwdLaunchFlags, cudaStream_t);
+
+#define JAX_FLASH_INSTANTIATE_BWD_SM90_MASKS_SEG_ORDER(DTYPE, HDIM)                                     \
+  template cudaError_t jax_flash::cuda::run_bwd_sm90_masks_seg_order_hdim<jax_flash::DType::DTYPE, HDIM>( \
       const jax_flash::BwdParams&, jax_flash::cuda::BwdLaunchFlags, cudaStream_t);
 
 #define JAX_FLASH_INSTANTIATE_BWD_SM90_MASKS(DTYPE, HDIM)                                        \

@@ -11,8 +11,9 @@
 // - The consumers zero the hidden elements of P^T in a second pass, under
 //   the dP^T wgmma (sm90/bwd_masks_tile.cuh masks_t).
 // The band's key tiles that meet a query tile form a run, so deterministic
-// mode (without segment ids: the launcher's rule) ranks a dQ add by binary
-// search (bwd90::masks_dq_rank).
+// mode ranks a dQ add by a walk up it (bwd90::masks_dq_rank); with segment
+// ids only the kSegOrder kernel, which keeps the band's tiles and counts the
+// skipped steps too (the launcher's rule).
 #pragma once
 
 #include <climits>
@@ -52,7 +53,7 @@ struct BwdNoMaskSmem {};
 
 // Every thread of the CTA: the query tiles [m_begin, m_end) key tile n0
 // may meet, and the per-CTA values into ms. Two or four __syncthreads.
-template <int M, int N, int kThreads, class MaskSmem>
+template <int M, int N, int kThreads, bool kKeepBand, class MaskSmem>
 __device__ __forceinline__ void bwd_masks_setup(const BwdParams& p, int b, int first_head, int n0, int tid,
                                                 MaskSmem& ms, int& m_begin, int& m_end) {
   const Variant var(p, b, first_head);
@@ -74,7 +75,7 @@ __device__ __forceinline__ void bwd_masks_setup(const BwdParams& p, int b, int f
   if (tid < N)
     ms.kseg[tid] = var.segments() && n0 + tid < p.seqlen_k ? int(p.kv_segment_ids[int64_t(b) * p.seqlen_k + n0 + tid]) : 0;
   if (var.seg_ranges() && m_end > m_begin) {
-    bwd90::narrow_query_tiles<M, kThreads>(var, p, b, k_rng, tid, ms, m_begin, m_end);
+    bwd90::narrow_query_tiles<M, kThreads, kKeepBand>(var, p, b, k_rng, tid, ms, m_begin, m_end);
   } else if (tid == 0) {
     ms.one_id = 0;
   }

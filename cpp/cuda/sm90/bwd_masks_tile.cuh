@@ -33,8 +33,9 @@ __device__ __forceinline__ int tile_flags(const Variant& v, int m0, int M, int n
 // cannot meet it are still skipped one by one (by the caller), unless
 // ms.one_id: every block of the range and the key tile hold one id (a key
 // tile inside a lone document), when no tile needs its ids searched or
-// compared. Every thread of the CTA calls this (two barriers).
-template <int M, int kThreads, class MaskSmem>
+// compared. Every thread of the CTA calls this (two barriers). kKeepBand
+// (BwdConfig::kSegOrder): the range stays the band's, only ms.one_id is set.
+template <int M, int kThreads, bool kKeepBand, class MaskSmem>
 __device__ __forceinline__ void narrow_query_tiles(const Variant& var, const BwdParams& p, int b,
                                                    const Variant::SegRange& k_rng, int tid,
                                                    MaskSmem& ms, int& m_begin, int& m_end) {
@@ -69,6 +70,7 @@ __device__ __forceinline__ void narrow_query_tiles(const Variant& var, const Bwd
   __syncthreads();
   lo = ms.scan[0];
   hi = ms.scan[1];
+  if constexpr (kKeepBand) return;
   if (hi < 0) {
     m_end = m_begin;
   } else {
@@ -124,7 +126,8 @@ __device__ __forceinline__ void masks_t(TC0 const& tSc0_rc, int rb, int cb, cons
 // at a lower query tile, i.e. the next q head), and a step costs a visit
 // test or two, not a binary search's log2(n_blocks) (the dQ writer computes
 // it between the staged tile and its add: the deterministic chain's path).
-// Segment ids break the run.
+// Segment ids break the run, unless the CTA keeps the band's tiles and
+// counts the skipped ones too (BwdConfig::kSegOrder).
 template <int M, int N>
 __device__ __forceinline__ int masks_dq_rank(const Variant& v, int nb, int n_blocks, int mt, int& last) {
   while (last + 1 < n_blocks) {

@@ -44,6 +44,7 @@ struct BwdWideConfig {
   static constexpr bool kWide = true;
   static constexpr bool kMasks = false;
   static constexpr int kLogits = 0;
+  static constexpr bool kSegOrder = false;
   static constexpr int kHeadDim = kHeadDim_;
   static_assert(kHeadDim % 128 == 0);
   static constexpr int kBlockM = 64;  // query rows a step

@@ -1,0 +1,4 @@
+// Hopper (wgmma) backward, masks-only variants in deterministic mode with segment ids: head dim 128, bf16. Built only when the archs include 90a.
+#include "cuda/sm90/bwd_launch.cuh"
+
+JAX_FLASH_INSTANTIATE_BWD_SM90_MASKS_SEG_ORDER(kBFloat16, 128)
