@@ -85,18 +85,20 @@ cudaError_t dispatch_bwd(const BwdParams& p, BwdLaunchFlags f, cudaStream_t s) {
 #endif
       return run_bwd_hdim<kDType, D>(for_kernel<D>(p), f, s);
     });
-  // Masks-only variants: no soft-cap, ALiBi or dropout. On Hopper (90a
-  // builds, padded d64 / d128, aligned; deterministic mode with segment ids: masks only) the
-  // wgmma kernels take them, and soft-cap / ALiBi without dropout, and
-  // dropout alone; else (or NotSupported) the SM80 ones.
+  // The variants. On Hopper (90a builds, padded d64 / d128, aligned) the
+  // wgmma kernels take the masks-only ones (deterministic with segment ids:
+  // the kSegOrder kernel) and soft-cap / ALiBi / dropout in any set
+  // (deterministic: without segment ids); else (or NotSupported) the SM80
+  // ones.
   const bool masks = variant_masks_only(p);
   return dispatch_head_dim<true>(p.head_dim, [&](auto d) {
     constexpr int D = decltype(d)::value;
 #if defined(JAX_FLASH_BWD_SM90)
     if constexpr (D == 64 || D == 128) {
       if (masks) {
-        const cudaError_t err = p.deterministic && p.segment_ids() ? run_bwd_sm90_masks_seg_order_hdim<kDType, D>(p, f, s)
-                                                                   : run_bwd_sm90_masks_hdim<kDType, D>(p, f, s);
+        const bool seg_order = p.deterministic && p.segment_ids();
+        const cudaError_t err = seg_order ? run_bwd_sm90_masks_seg_order_hdim<kDType, D>(p, f, s)
+                                          : run_bwd_sm90_masks_hdim<kDType, D>(p, f, s);
         if (err != cudaErrorNotSupported) return err;
       } else if (variant_dropout(p) && (p.softcap > 0.f || p.alibi_slopes != nullptr)) {
         const cudaError_t err = run_bwd_sm90_logits_dropout_hdim<kDType, D>(p, f, s);
