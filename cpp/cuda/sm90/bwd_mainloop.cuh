@@ -178,31 +178,24 @@ struct BwdMainloop {
         // (dropout with them) dP^T through the keep mask first, P^T after:
         // dS^T = P^T (keep dP^T / (1 - rate) - D) [(1 - t^2)], dV takes the
         // dropped P^T, as in the dropout-only branch below.
-        [[maybe_unused]] auto drop_p = [&] {
+        [[maybe_unused]] auto keep_scaled = [&](auto& t) {  // t = keep t / (1 - rate)
           if constexpr (kDropout) {
             const float ks = ss.ls.keep_scale;
             CUTE_UNROLL
-            for (int c = 0; c < size<1>(s); ++c) {
+            for (int c = 0; c < size<1>(t); ++c) {
               CUTE_UNROLL
-              for (int r = 0; r < size<0>(s); ++r) s(r, c) = keep(r, c) ? s(r, c) * ks : 0.f;
+              for (int r = 0; r < size<0>(t); ++r) t(r, c) = keep(r, c) ? t(r, c) * ks : 0.f;
             }
           }
         };
         if constexpr (kCap) {
-          if constexpr (kDropout) {
-            const float ks = ss.ls.keep_scale;
-            CUTE_UNROLL
-            for (int c = 0; c < size<1>(ds); ++c) {
-              CUTE_UNROLL
-              for (int r = 0; r < size<0>(ds); ++r) ds(r, c) = keep(r, c) ? ds(r, c) * ks : 0.f;
-            }
-          }
+          keep_scaled(ds);
           bwd90::softcap_pass2<kLogits, true>(s, ds, tSc0_rc, cb, ss.lse2[st], ss.dsum[st], ss.ls.cap_log2, alibi());
           variant_masks([&](int r, int c) {
             s(r, c) = 0.f;
             ds(r, c) = 0.f;
           });
-          drop_p();
+          keep_scaled(s);
         } else {
           [[maybe_unused]] const float ks = kDropout ? ss.ls.keep_scale : 1.f;
           CUTE_UNROLL
@@ -216,7 +209,7 @@ struct BwdMainloop {
                 ds(r, c) = s(r, c) * (ds(r, c) - dd);
             }
           }
-          drop_p();
+          keep_scaled(s);
         }
       } else {
         // P^T: columns are queries, so lse2 (and D) vary along columns. This
