@@ -57,6 +57,9 @@ __device__ __forceinline__ void dq_from_staged(Acc& acc, const float* staged, in
 // The wait for completion before the count is why there are two writers:
 // one warp alone could not take the next tile before the last add had
 // landed, and its wait, poll and add then set the pace of every step.
+// BwdConfig::kSegOrder (deterministic, segment ids): the CTA walks the
+// band's query tiles, and a step the ids skip still takes its turn in the
+// tile's order (masks_dq_rank counts every CTA of the band), adding nothing.
 template <class Cfg, class Work>
 __device__ __forceinline__ void bwd_write_dq(const BwdKernelParams<Cfg>& kp, typename Cfg::SharedStorage& ss,
                                              const Work& w, int lane, int parity) {
@@ -75,7 +78,7 @@ __device__ __forceinline__ void bwd_write_dq(const BwdKernelParams<Cfg>& kp, typ
     named_sync(bar_full, kDqBarThreads);
     if (skip) {
       if (step + 1 < w.steps) named_arrive(bar_empty, kDqBarThreads);
-      continue;
+      if constexpr (!Cfg::kSegOrder) continue;
     }
     int* counter = kp.dq_order == nullptr ? nullptr : kp.dq_counter(w.batch, h, m);
     if (lane == 0) {
@@ -93,59 +96,19 @@ __device__ __forceinline__ void bwd_write_dq(const BwdKernelParams<Cfg>& kp, typ
         wait_count(counter, rank);
         fence_async_global();  // the counter read before the add
       }
-      const int64_t row = (int64_t(w.batch) * kp.p.heads_q + h) * kp.rows_pad + int64_t(m) * M;
-      if (first)
-        bulk_store(kp.dq_accum + row * D, ss.dq.data(), Cfg::kDqFloats * int(sizeof(float)));
-      else
-        bulk_reduce_add_f32(kp.dq_accum + row * D, ss.dq.data(), Cfg::kDqFloats * int(sizeof(float)));
-      bulk_commit();
-      bulk_wait_read();
-    }
-    __syncwarp();
-    if (step + 1 < w.steps) named_arrive(bar_empty, kDqBarThreads);
-    if (lane == 0 && counter != nullptr) {
-      bulk_wait_all();
-      fence_async_global();  // the add complete before it is counted
-      add_release(counter, 1);
-    }
-  }
-  if (lane == 0) bulk_wait_all();
-}
-
-// The same for BwdConfig::kSegOrder (deterministic, segment ids): the CTA
-// walks the band's query tiles, and a step the ids skip still takes its
-// turn in the tile's order (masks_dq_rank counts every CTA of the band),
-// adding nothing.
-template <class Cfg, class Work>
-__device__ __forceinline__ void bwd_write_dq_seg_order(const BwdKernelParams<Cfg>& kp,
-                                                       typename Cfg::SharedStorage& ss, const Work& w, int lane,
-                                                       int parity) {
-  static_assert(Cfg::kSegOrder);
-  constexpr int M = Cfg::kBlockM, D = Cfg::kHeadDim;
-  const int bar_full = bwd_dq_full(parity), bar_empty = bwd_dq_empty(parity);
-  int run_last = w.n_block, run_m = INT_MAX;  // masks_dq_rank's walk, as above
-  for (int step = parity; step < w.steps; step += 2) {
-    const int h = w.head(step), m = w.m_block(step);
-    const bool skip = (bwd_step_flags<M>(kp.p, w.batch, m * M, ss.ms) & kStepSkip) != 0;
-    named_sync(bar_full, kDqBarThreads);
-    if (skip && step + 1 < w.steps) named_arrive(bar_empty, kDqBarThreads);  // nothing staged
-    int* counter = kp.dq_counter(w.batch, h, m);
-    if (lane == 0) {
-      if (m < run_m) run_last = w.n_block;  // the next q head: the walk restarts
-      run_m = m;
-      wait_count(counter, bwd90::masks_dq_rank<M, Cfg::kBlockN>(ss.ms.variant(kp.p, w.batch), w.n_block, w.n_blocks,
-                                                                 m, run_last));
-      fence_async_global();  // the counter read before the add
       if (!skip) {
         const int64_t row = (int64_t(w.batch) * kp.p.heads_q + h) * kp.rows_pad + int64_t(m) * M;
-        bulk_reduce_add_f32(kp.dq_accum + row * D, ss.dq.data(), Cfg::kDqFloats * int(sizeof(float)));
+        if (first)
+          bulk_store(kp.dq_accum + row * D, ss.dq.data(), Cfg::kDqFloats * int(sizeof(float)));
+        else
+          bulk_reduce_add_f32(kp.dq_accum + row * D, ss.dq.data(), Cfg::kDqFloats * int(sizeof(float)));
         bulk_commit();
         bulk_wait_read();
       }
     }
     __syncwarp();
     if (!skip && step + 1 < w.steps) named_arrive(bar_empty, kDqBarThreads);
-    if (lane == 0) {
+    if (lane == 0 && counter != nullptr) {
       bulk_wait_all();
       fence_async_global();  // the add complete before it is counted
       add_release(counter, 1);
