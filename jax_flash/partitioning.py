@@ -188,11 +188,10 @@ def _accum_head_dim(d: int, variants: bool) -> int:
 
 def _bwd_workspace_floats(q, deterministic: bool, variants: bool, k_shape=None) -> int:
     """float32 scratch per leading-batch element for the CUDA backward: rowsum
-    D = rowsum(dO * O), plus the float32 dQ accumulator (head_dim padded to the
-    widest kernel's that may run: _accum_head_dim) in atomic mode, and in deterministic mode where the Hopper kernel
-    may run (padded head dim 64 or 128: plain attention and the masks-only
-    variants without segment ids, sized so for every variant there; 256: plain
-    attention). The ordered kernels' counters (deterministic mode, and the
+    D = rowsum(dO * O), plus the float32 dQ accumulator (head_dim padded to
+    the widest kernel's that may run: _accum_head_dim) in atomic mode, and in
+    deterministic mode where the Hopper kernel may run (padded head dim 64 or
+    128: plain attention and any variant; 256: plain attention). The ordered kernels' counters (deterministic mode, and the
     ordered path atomic mode takes on some plain grids) live in dq's own buffer
     until the backward writes it (cpp/cuda/bwd_dispatch.h), so they add
     nothing here. XLA hands custom calls no reliable scratch allocator, so it

@@ -74,10 +74,10 @@ cudaError_t run_bwd_sm90_wide_hdim(const BwdParams& params, BwdLaunchFlags flags
 // Workspace: [dsum: B*Hq*Sq floats][dq accumulator: B*Hq*Sq'*kHeadDim floats],
 // each part 256 B aligned, where Sq' is Sq rounded up to whole kBwdRowPad
 // tiles (below) and kHeadDim is the widest kernel's that may run (a plain
-// head dim of 96 runs padded on the Hopper kernel of 128: 128). The accumulator is there in atomic mode, and in
-// deterministic mode where the Hopper kernel may run it (padded head dims 64
-// and 128: plain attention and the masks-only variants without segment ids,
-// sized for any variant there; 256: plain attention), which orders its dQ
+// head dim of 96 runs padded on the Hopper kernel of 128: 128). The
+// accumulator is there in atomic mode, and in deterministic mode where the
+// Hopper kernel may run it (padded head dims 64 and 128: plain attention and
+// any variant; 256: plain attention), which orders its dQ
 // reduces with B*Hq*ceil(Sq/64) int counters. Those live at the start of dq's
 // own buffer, which nothing reads or writes until the convert kernel
 // overwrites all of it after the backward: so the scratch is the same as in

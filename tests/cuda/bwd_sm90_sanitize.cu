@@ -1,7 +1,8 @@
 // Driver for compute-sanitizer (memcheck, racecheck, synccheck) over the
 // warp-specialised Hopper backward: small plain cases with odd sizes, causal
-// and not, GQA, head dims 64, 128 and 256, atomic and deterministic, and the
-// masks and logits variants (deterministic too, without segment ids). Inputs are
+// and not, GQA, head dims 64, 128 and 256 (and head dims padded to them),
+// atomic and deterministic, and the masks and logits variants (deterministic
+// too; with segment ids the masks-only kSegOrder kernel). Inputs are
 // random (LSE too: the kernel only needs it finite); outputs are poisoned
 // (NaN bytes) first and must come back finite. Correctness against a
 // reference is tests/test_cuda_backward.py's job.
