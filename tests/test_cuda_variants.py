@@ -259,6 +259,10 @@ CASES = [
     ("causal window", 2, 150, 170, 4, 2, 96),
     ("softcap lengths", 2, 133, 129, 2, 1, 160),
     ("segments causal dropout", 2, 200, 200, 2, 2, 40),
+    # masks-only options on the wide-head Hopper backward (256; 192 padded)
+    ("window lengths", 2, 333, 300, 4, 2, 256),
+    ("segruns causal", 1, 900, 900, 2, 1, 256),
+    ("segments causal window batchoff", 2, 500, 500, 2, 2, 192),
     # dropout on the d256 forward (its overlapped loop) and backward
     ("dropout causal gqa d256", 2, 333, 333, 4, 2, 256),
     # ALiBi slopes of every sign and size (alibiX), over many tiles: below,

@@ -71,6 +71,12 @@ cudaError_t run_bwd_sm90_logits_dropout_hdim(const BwdParams& params, BwdLaunchF
 template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_sm90_wide_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream);
 
+// The masks-only variants on it (head dims 160-256 padded to 256), atomic
+// mode (instantiations/bwd_sm90_masks_hdim256_*.cu, built with the variants
+// units); cudaErrorNotSupported where it does not apply.
+template <DType kDType, int kHeadDim>
+cudaError_t run_bwd_sm90_wide_masks_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream);
+
 // Workspace: [dsum: B*Hq*Sq floats][dq accumulator: B*Hq*Sq'*kHeadDim floats],
 // each part 256 B aligned, where Sq' is Sq rounded up to whole kBwdRowPad
 // tiles (below) and kHeadDim is the widest kernel's that may run (a plain

@@ -102,8 +102,9 @@ static int run_case(const Case& c, std::mt19937& rng) {
       : c.masks() && c.deterministic && c.doc > 0
                   ? (kd == 64 ? jf::run_bwd_sm90_masks_seg_order_hdim<DType::kBFloat16, 64>(p, flags, 0)
                               : jf::run_bwd_sm90_masks_seg_order_hdim<DType::kBFloat16, 128>(p, flags, 0))
-      : c.masks() ? (kd == 64 ? jf::run_bwd_sm90_masks_hdim<DType::kBFloat16, 64>(p, flags, 0)
-                              : jf::run_bwd_sm90_masks_hdim<DType::kBFloat16, 128>(p, flags, 0))
+      : c.masks() ? (kd == 64    ? jf::run_bwd_sm90_masks_hdim<DType::kBFloat16, 64>(p, flags, 0)
+                     : kd == 128 ? jf::run_bwd_sm90_masks_hdim<DType::kBFloat16, 128>(p, flags, 0)
+                                 : jf::run_bwd_sm90_wide_masks_hdim<DType::kBFloat16, 256>(p, flags, 0))
       : kd == 256 ? jf::run_bwd_sm90_wide_hdim<DType::kBFloat16, 256>(p, flags, 0)
                   : (kd == 64 ? jf::run_bwd_sm90_hdim<DType::kBFloat16, 64>(p, flags, 0)
                               : jf::run_bwd_sm90_hdim<DType::kBFloat16, 128>(p, flags, 0));
@@ -158,6 +159,9 @@ int main(int argc, char** argv) {
       {1, 300, 310, 2, 1, 40, true, false, 70, true, 0}, {1, 257, 300, 2, 1, 80, false, true, -1, false, 0, 30.f},
       // deterministic with segment ids (the kSegOrder kernel): skipped steps take their turn
       {2, 400, 400, 4, 2, 64, true, true, -1, false, 90}, {1, 333, 300, 2, 1, 128, false, true, 70, true, 60},
+      // masks-only variants on the wide-head kernel (atomic; 192 padded on 256)
+      {2, 333, 300, 4, 2, 256, true, false, 90, true, 0}, {1, 400, 400, 2, 1, 256, true, false, -1, false, 70},
+      {1, 300, 333, 2, 2, 192, false, false, 100, false, 50},
       // dropout with soft-cap and / or ALiBi (atomic and deterministic)
       {2, 300, 333, 2, 1, 64, true, false, -1, false, 0, 30.f, false, 0.15f},
       {1, 257, 300, 2, 1, 128, false, true, 90, false, 0, 20.f, true, 0.1f},

@@ -118,7 +118,9 @@ __device__ __forceinline__ void bwd_produce(const BwdKernelParams<Cfg>& kp, type
 
 // The wide-head backward's producer (BwdWideConfig): Q with its LSE and D
 // into the kStages ring as above, dO into its own ring (do_full /
-// do_empty), which the consumers free after dV, before Q's.
+// do_empty), which the consumers free after dV, before Q's. (kMasks) A
+// skipped step loads neither and only arrives on both rings, its flags
+// beside the Q stage.
 template <class Cfg, class Work>
 __device__ __forceinline__ void bwd_produce_wide(const BwdKernelParams<Cfg>& kp, typename Cfg::SharedStorage& ss,
                                                  const Work& w, int lane) {
@@ -136,15 +138,18 @@ __device__ __forceinline__ void bwd_produce_wide(const BwdKernelParams<Cfg>& kp,
   do_ring.phase = 1u;
   for (int step = 0; step < w.steps; ++step) {
     const int h = w.head(step), m = w.m_block(step);
+    int flags = 0;
+    if constexpr (Cfg::kMasks) flags = bwd_step_flags<M>(p, w.batch, m * M, ss.ms);
+    const bool load = !(flags & kStepSkip);
     Tensor gQ = local_tile(mQ(_, _, h, w.batch), Shape<Int<M>, Int<D>>{}, make_coord(m, _0{}));
     Tensor gdO = local_tile(mdO(_, _, h, w.batch), Shape<Int<M>, Int<D>>{}, make_coord(m, _0{}));
     auto q_part = tma_partition(kp.tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
     auto do_part = tma_partition(kp.tma_do, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sdO), group_modes<0, 2>(gdO));
     float lse2[M / 32], dsum[M / 32];
-    bwd_row_stats<M>(p, kp.dsum, w.batch, h, m, lane, true, lse2, dsum);
+    bwd_row_stats<M>(p, kp.dsum, w.batch, h, m, lane, load, lse2, dsum);
     const int st = ring.index;
     barrier_wait(ss.empty[st], ring.phase);
-    if (lane == 0) {
+    if (lane == 0 && load) {
       ClusterTransactionBarrier::expect_transaction(&ss.full[st], Cfg::kQBytes);
       copy(kp.tma_q.with(ss.full[st]), get<0>(q_part), get<1>(q_part)(_, st));
     }
@@ -153,12 +158,27 @@ __device__ __forceinline__ void bwd_produce_wide(const BwdKernelParams<Cfg>& kp,
       ss.lse2[st][lane + 32 * j] = lse2[j];
       ss.dsum[st][lane + 32 * j] = dsum[j];
     }
+    if constexpr (Cfg::kMasks) {
+      if (lane == 0) ss.ms.flags[st] = flags;
+      if (flags & bwd90::kTileSeg) {
+        CUTE_UNROLL
+        for (int j = 0; j < M / 32; ++j) {
+          const int r = m * M + lane + 32 * j;
+          ss.ms.qseg[st][lane + 32 * j] =
+              r < p.seqlen_q ? int(p.q_segment_ids[int64_t(w.batch) * p.seqlen_q + r]) : 0;
+        }
+      }
+    }
     barrier_arrive(ss.full[st]);  // release: the stores above
     ring.advance();
     if (lane == 0) {
       barrier_wait(ss.do_empty[do_ring.index], do_ring.phase);
-      barrier_expect_bytes(ss.do_full[do_ring.index], Cfg::kQBytes);
-      copy(kp.tma_do.with(ss.do_full[do_ring.index]), get<0>(do_part), get<1>(do_part)(_, do_ring.index));
+      if (load) {
+        barrier_expect_bytes(ss.do_full[do_ring.index], Cfg::kQBytes);
+        copy(kp.tma_do.with(ss.do_full[do_ring.index]), get<0>(do_part), get<1>(do_part)(_, do_ring.index));
+      } else {
+        barrier_arrive(ss.do_full[do_ring.index]);  // nothing loaded
+      }
     }
     __syncwarp();
     do_ring.advance();

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include <cute/tensor.hpp>
 #include <cute/atom/mma_atom.hpp>
@@ -33,16 +34,18 @@
 #include <cute/container/array_aligned.hpp>
 #include <cutlass/numeric_types.h>
 
+#include "cuda/sm90/bwd_masks.cuh"  // BwdMaskSmem
 #include "cuda/sm90/bwd_tma.cuh"
 namespace jax_flash::cuda::sm90 {
 
 using namespace cute;
 
-template <int kHeadDim_, class Element_>
+// kMasks: the masks-only variants (bwd_masks.cuh), atomic mode.
+template <int kHeadDim_, class Element_, bool kMasks_ = false>
 struct BwdWideConfig {
   using Element = Element_;
   static constexpr bool kWide = true;
-  static constexpr bool kMasks = false;
+  static constexpr bool kMasks = kMasks_;
   static constexpr int kLogits = 0;
   static constexpr bool kSegOrder = false;
   static constexpr int kHeadDim = kHeadDim_;
@@ -122,6 +125,7 @@ struct BwdWideConfig {
     alignas(8) uint64_t kv_full;
     uint64_t full[kStages], empty[kStages];
     uint64_t do_full[kDoStages], do_empty[kDoStages];
+    std::conditional_t<kMasks, BwdMaskSmem<kBlockM, kBlockN, kStages>, BwdNoMaskSmem> ms;
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 227 * 1024);

@@ -26,7 +26,21 @@ cudaError_t run_bwd_sm90_wide_hdim(const BwdParams& params, BwdLaunchFlags flags
   return sm90::launch_bwd_ws<Cfg>(p, flags, rotate, stream);
 }
 
+// The masks-only variants (window, lengths, query offsets, segment ids) on
+// the same kernel (BwdWideConfig's kMasks), atomic mode only (deterministic
+// mode runs the SM80 pair: the masks' dQ order is the d64 / d128 writers').
+template <DType kDType, int kHeadDim>
+cudaError_t run_bwd_sm90_wide_masks_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream) {
+  if (params.deterministic) return cudaErrorNotSupported;
+  using Cfg = sm90::BwdWideConfig<kHeadDim, bwd::ElementOf<kDType>, true>;
+  return sm90::launch_bwd_ws<Cfg>(params, flags, 1, stream);
+}
+
 }  // namespace jax_flash::cuda
+
+#define JAX_FLASH_INSTANTIATE_BWD_SM90_WIDE_MASKS(DTYPE, HDIM)                                        \
+  template cudaError_t jax_flash::cuda::run_bwd_sm90_wide_masks_hdim<jax_flash::DType::DTYPE, HDIM>(  \
+      const jax_flash::BwdParams&, jax_flash::cuda::BwdLaunchFlags, cudaStream_t);
 
 #define JAX_FLASH_INSTANTIATE_BWD_SM90_WIDE(DTYPE, HDIM)                                          \
   template cudaError_t jax_flash::cuda::run_bwd_sm90_wide_hdim<jax_flash::DType::DTYPE, HDIM>(    \

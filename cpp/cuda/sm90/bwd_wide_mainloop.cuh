@@ -13,12 +13,16 @@
 // fixed order (BwdWork::dq_rank), kept by warp 1 (bwd_wide_order.cuh): the
 // consumers add when it lets them (the rank-0 CTA stores: no accumulator
 // clear) and tell it when they are done.
+// (kMasks, atomic mode) Warpgroup 0 zeroes the hidden elements of P^T
+// (bwd90::masks_t), so dS^T, made from it, is zero there too; a step the
+// ids skip (bwd_masks.cuh) releases both rings and does nothing else.
 #pragma once
 
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 
 #include "cuda/sm90/bulk_ops.cuh"  // red_add_f32x4
+#include "cuda/sm90/bwd_masks.cuh"  // kStepSkip, bwd90::masks_t
 #include "cuda/sm90/bwd_params.cuh"
 #include "cuda/sm90/bwd_wide_config.cuh"
 #include "cuda/sm90/pipeline.cuh"
@@ -84,6 +88,12 @@ struct BwdWideMainloop {
     auto thr_sdp = mma_sdp.get_thread_slice(wt);
     Tensor tSc = thr_sdp.partition_C(make_identity_tensor(Shape<Int<N>, Int<M>>{}));
     Tensor tSc_rc = make_tensor(tSc.data(), fwd::acc_rowcol_layout(tSc.layout()));
+    // (kMasks) Thread 0's coordinates and this thread's (key, query) offset
+    // from them (bwd90::masks_t's form).
+    Tensor tSc0 = mma_sdp.get_thread_slice(0).partition_C(make_identity_tensor(Shape<Int<N>, Int<M>>{}));
+    Tensor tSc0_rc = make_tensor(tSc0.data(), fwd::acc_rowcol_layout(tSc0.layout()));
+    [[maybe_unused]] const int rb = get<0>(tSc_rc(0, 0)) - get<0>(tSc0_rc(0, 0));
+    [[maybe_unused]] const int cb = get<1>(tSc_rc(0, 0)) - get<1>(tSc0_rc(0, 0));
     // P^T / dS^T accumulator fragments <-> smem (queries contiguous) with
     // stmatrix / ldmatrix: a plain 32-bit copy through the swizzled pointer
     // had compiled to generic 64-bit accesses with 64-bit address math.
@@ -123,8 +133,9 @@ struct BwdWideMainloop {
     };
     const bool ordered = kp.dq_order != nullptr;
 
-    // Warpgroup 0: P^T in place of the S^T wgmma in flight on a.
-    auto make_p = [&](AccS& a, int st, int m0) {
+    // Warpgroup 0: P^T in place of the S^T wgmma in flight on a; (kMasks)
+    // the step's flags say which masks apply.
+    auto make_p = [&](AccS& a, int st, int m0, [[maybe_unused]] int flags) {
       Tensor s = make_tensor(a.data(), fwd::acc_rowcol_layout(a.layout()));
       // Columns are queries, so the LSE varies along columns.
       float lse2[decltype(size<1>(s))::value];
@@ -132,7 +143,8 @@ struct BwdWideMainloop {
       for (int c = 0; c < size<1>(s); ++c) lse2[c] = ss.lse2[st][get<1>(tSc_rc(0, c))];
       warpgroup_wait<0>();
       warpgroup_fence_operand(a);
-      const bool mask = (p.causal && m0 < n0 + N - 1) || n0 + N > Sk || m0 + M > Sq;
+      // (kMasks: the Variant's tile mask covers causal and the edges too.)
+      const bool mask = !Cfg::kMasks && ((p.causal && m0 < n0 + N - 1) || n0 + N > Sk || m0 + M > Sq);
       CUTE_UNROLL
       for (int c = 0; c < size<1>(s); ++c) {
         CUTE_UNROLL
@@ -145,6 +157,11 @@ struct BwdWideMainloop {
           s(r, c) = pv;
         }
       }
+      if constexpr (Cfg::kMasks) {
+        if (flags & bwd90::kTileMask)
+          bwd90::masks_t(tSc0_rc, rb, cb, ss.ms.qseg[st], ss.ms.kseg, flags & bwd90::kTileSeg,
+                         ss.ms.variant(p, w.batch).tile_mask(m0, n0), [&](int r, int c) { s(r, c) = 0.f; });
+      }
     };
 
     barrier_wait(ss.kv_full, 0u);
@@ -155,6 +172,18 @@ struct BwdWideMainloop {
       const int st = ring.index, buf = step & 1, ds = do_ring.index;
       const int m0 = at.m_block() * M;
       barrier_wait(ss.full[st], ring.phase);
+      int flags = 0;
+      if constexpr (Cfg::kMasks) {
+        flags = __shfl_sync(0xffffffffu, ss.ms.flags[st], 0);  // warp-uniform branches
+        if (flags & kStepSkip) {  // nothing loaded: release both rings' buffers
+          barrier_arrive(ss.empty[st]);
+          barrier_wait(ss.do_full[ds], do_ring.phase);
+          barrier_arrive(ss.do_empty[ds]);
+          ring.advance();
+          do_ring.advance();
+          continue;
+        }
+      }
       AccS acc_s;  // S^T (warpgroup 0) or dP^T (warpgroup 1)
       // P^T (warpgroup 0) or dS^T (1) in 16 bits: the A operand of dV / dK,
       // one variable for both so that one set of registers stays live
@@ -163,7 +192,7 @@ struct BwdWideMainloop {
       Tensor tA = make_tensor(rA.data(), fwd::PAsALayout<M>{});
       if (wg == 0) {
         fwd::wgmma_issue<true, false>(mma_sdp, tSrK, tSrQ(_, _, _, st), acc_s);
-        make_p(acc_s, st, m0);
+        make_p(acc_s, st, m0, flags);
         barrier_arrive(ss.empty[st]);  // Q (S^T) and the LSE: done with this stage
         rA = fwd::convert_regs<Element>(acc_s);
         cute::copy(r2s, r2s_thr.retile_S(rA), tPsPt(_, _, _, buf));

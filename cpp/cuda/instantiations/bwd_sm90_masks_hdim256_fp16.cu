@@ -1,0 +1,4 @@
+// Hopper (wgmma) wide-head backward, masks-only variants: head dim 256, fp16. Built only when the archs include 90a.
+#include "cuda/sm90/bwd_wide_launch.cuh"
+
+JAX_FLASH_INSTANTIATE_BWD_SM90_WIDE_MASKS(kFloat16, 256)
