@@ -263,6 +263,11 @@ CASES = [
     ("window lengths", 2, 333, 300, 4, 2, 256),
     ("segruns causal", 1, 900, 900, 2, 1, 256),
     ("segments causal window batchoff", 2, 500, 500, 2, 2, 192),
+    # logits on it: soft-cap (P^T (1 - t^2) handed over), ALiBi + dropout, all three at 224
+    ("softcap causal", 2, 333, 300, 4, 2, 256),
+    ("alibi dropout lengths", 1, 400, 420, 2, 1, 256),
+    ("softcap segruns causal", 1, 700, 700, 2, 1, 192),
+    ("softcap alibi dropout window", 1, 300, 300, 2, 1, 224),
     # dropout on the d256 forward (its overlapped loop) and backward
     ("dropout causal gqa d256", 2, 333, 333, 4, 2, 256),
     # ALiBi slopes of every sign and size (alibiX), over many tiles: below,

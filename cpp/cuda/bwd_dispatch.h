@@ -77,6 +77,12 @@ cudaError_t run_bwd_sm90_wide_hdim(const BwdParams& params, BwdLaunchFlags flags
 template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_sm90_wide_masks_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream);
 
+// Soft-cap / ALiBi / dropout on it, atomic mode: kDropoutSets, dropout with
+// a transform (instantiations/bwd_sm90_logits_dropout_hdim256_*.cu), else
+// the other sets (bwd_sm90_logits_hdim256_*.cu).
+template <DType kDType, int kHeadDim, bool kDropoutSets>
+cudaError_t run_bwd_sm90_wide_logits_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream);
+
 // Workspace: [dsum: B*Hq*Sq floats][dq accumulator: B*Hq*Sq'*kHeadDim floats],
 // each part 256 B aligned, where Sq' is Sq rounded up to whole kBwdRowPad
 // tiles (below) and kHeadDim is the widest kernel's that may run (a plain

@@ -108,11 +108,12 @@ cudaError_t dispatch_bwd(const BwdParams& p, BwdLaunchFlags f, cudaStream_t s) {
         const cudaError_t err = run_bwd_sm90_logits_hdim<kDType, D>(p, f, s);
         if (err != cudaErrorNotSupported) return err;
       }
-    } else if constexpr (D == 256) {
-      if (masks) {  // (atomic mode)
-        const cudaError_t err = run_bwd_sm90_wide_masks_hdim<kDType, D>(p, f, s);
-        if (err != cudaErrorNotSupported) return err;
-      }
+    } else if constexpr (D == 256) {  // (atomic mode)
+      const bool drop_sets = variant_dropout(p) && (p.softcap > 0.f || p.alibi_slopes != nullptr);
+      const cudaError_t err = masks       ? run_bwd_sm90_wide_masks_hdim<kDType, D>(p, f, s)
+                              : drop_sets ? run_bwd_sm90_wide_logits_hdim<kDType, D, true>(p, f, s)
+                                          : run_bwd_sm90_wide_logits_hdim<kDType, D, false>(p, f, s);
+      if (err != cudaErrorNotSupported) return err;
     }
 #endif
     return masks ? run_bwd_varm_hdim<kDType, D>(for_kernel<D>(p), f, s)

@@ -94,7 +94,11 @@ static int run_case(const Case& c, std::mt19937& rng) {
   jf::BwdLaunchFlags flags;
   flags.vec_ok = flags.pair_ok = true;
   const cudaError_t launched =
-      c.logits() && c.dropout > 0.f && (c.softcap > 0.f || c.alibi)
+      c.logits() && kd == 256
+                  ? (c.dropout > 0.f && (c.softcap > 0.f || c.alibi)
+                         ? jf::run_bwd_sm90_wide_logits_hdim<DType::kBFloat16, 256, true>(p, flags, 0)
+                         : jf::run_bwd_sm90_wide_logits_hdim<DType::kBFloat16, 256, false>(p, flags, 0))
+      : c.logits() && c.dropout > 0.f && (c.softcap > 0.f || c.alibi)
                   ? (kd == 64 ? jf::run_bwd_sm90_logits_dropout_hdim<DType::kBFloat16, 64>(p, flags, 0)
                               : jf::run_bwd_sm90_logits_dropout_hdim<DType::kBFloat16, 128>(p, flags, 0))
       : c.logits()  ? (kd == 64 ? jf::run_bwd_sm90_logits_hdim<DType::kBFloat16, 64>(p, flags, 0)
@@ -162,6 +166,9 @@ int main(int argc, char** argv) {
       // masks-only variants on the wide-head kernel (atomic; 192 padded on 256)
       {2, 333, 300, 4, 2, 256, true, false, 90, true, 0}, {1, 400, 400, 2, 1, 256, true, false, -1, false, 70},
       {1, 300, 333, 2, 2, 192, false, false, 100, false, 50},
+      // logits on the wide-head kernel (atomic): soft-cap with segment ids, ALiBi + dropout, all three (224)
+      {2, 333, 300, 4, 2, 256, true, false, -1, false, 90, 30.f}, {1, 300, 333, 2, 1, 256, false, false, 70, true, 0, 0.f, true, 0.2f},
+      {1, 257, 300, 2, 2, 224, true, false, -1, false, 0, 20.f, true, 0.1f},
       // dropout with soft-cap and / or ALiBi (atomic and deterministic)
       {2, 300, 333, 2, 1, 64, true, false, -1, false, 0, 30.f, false, 0.15f},
       {1, 257, 300, 2, 1, 128, false, true, 90, false, 0, 20.f, true, 0.1f},

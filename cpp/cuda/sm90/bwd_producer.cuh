@@ -160,6 +160,9 @@ __device__ __forceinline__ void bwd_produce_wide(const BwdKernelParams<Cfg>& kp,
     }
     if constexpr (Cfg::kMasks) {
       if (lane == 0) ss.ms.flags[st] = flags;
+      if constexpr ((Cfg::kLogits & kLogitAlibi) != 0) {  // this q head's slope
+        if (lane == 0) ss.ls.slope[st] = p.alibi_slopes[int64_t(w.batch) * p.alibi_batch_stride + h];
+      }
       if (flags & bwd90::kTileSeg) {
         CUTE_UNROLL
         for (int j = 0; j < M / 32; ++j) {

@@ -34,19 +34,22 @@
 #include <cute/container/array_aligned.hpp>
 #include <cutlass/numeric_types.h>
 
-#include "cuda/sm90/bwd_masks.cuh"  // BwdMaskSmem
+#include "cuda/sm90/bwd_logits.cuh"  // BwdLogitSmem
+#include "cuda/sm90/bwd_masks.cuh"   // BwdMaskSmem
 #include "cuda/sm90/bwd_tma.cuh"
 namespace jax_flash::cuda::sm90 {
 
 using namespace cute;
 
-// kMasks: the masks-only variants (bwd_masks.cuh), atomic mode.
-template <int kHeadDim_, class Element_, bool kMasks_ = false>
+// kMasks: the masks-only variants (bwd_masks.cuh); kLogits (with kMasks):
+// soft-cap / ALiBi / dropout, any set of the fwd::kLogit* bits; atomic mode.
+template <int kHeadDim_, class Element_, bool kMasks_ = false, int kLogits_ = 0>
 struct BwdWideConfig {
   using Element = Element_;
   static constexpr bool kWide = true;
   static constexpr bool kMasks = kMasks_;
-  static constexpr int kLogits = 0;
+  static constexpr int kLogits = kLogits_;
+  static_assert(kLogits == 0 || (kMasks && kLogits > 0 && kLogits <= 7));
   static constexpr bool kSegOrder = false;
   static constexpr int kHeadDim = kHeadDim_;
   static_assert(kHeadDim % 128 == 0);
@@ -126,6 +129,7 @@ struct BwdWideConfig {
     uint64_t full[kStages], empty[kStages];
     uint64_t do_full[kDoStages], do_empty[kDoStages];
     std::conditional_t<kMasks, BwdMaskSmem<kBlockM, kBlockN, kStages>, BwdNoMaskSmem> ms;
+    std::conditional_t<kLogits != 0, BwdLogitSmem<kStages>, BwdNoMaskSmem> ls;
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 227 * 1024);

@@ -36,7 +36,49 @@ cudaError_t run_bwd_sm90_wide_masks_hdim(const BwdParams& params, BwdLaunchFlags
   return sm90::launch_bwd_ws<Cfg>(params, flags, 1, stream);
 }
 
+// Soft-cap / ALiBi / dropout in any set (with or without the masks-only
+// variants) on the same kernel, atomic mode only (deterministic mode runs
+// the SM80 pair). kDropoutSets: the three sets with dropout and a transform
+// (own units), else the other four.
+template <DType kDType, int kHeadDim, bool kDropoutSets>
+cudaError_t run_bwd_sm90_wide_logits_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream) {
+  if (params.deterministic) return cudaErrorNotSupported;
+  constexpr int kCap = fwd::kLogitSoftcap, kAlibi = fwd::kLogitAlibi, kDrop = fwd::kLogitDropout;
+  using T = bwd::ElementOf<kDType>;
+  const int kind = bwd90::logits_kind(params);
+  if constexpr (kDropoutSets) {
+    switch (kind) {
+      case kCap | kDrop:
+        return sm90::launch_bwd_ws<sm90::BwdWideConfig<kHeadDim, T, true, kCap | kDrop>>(params, flags, 1, stream);
+      case kAlibi | kDrop:
+        return sm90::launch_bwd_ws<sm90::BwdWideConfig<kHeadDim, T, true, kAlibi | kDrop>>(params, flags, 1, stream);
+      case kCap | kAlibi | kDrop:
+        return sm90::launch_bwd_ws<sm90::BwdWideConfig<kHeadDim, T, true, kCap | kAlibi | kDrop>>(params, flags, 1,
+                                                                                                stream);
+      default:
+        return cudaErrorNotSupported;
+    }
+  } else {
+    switch (kind) {
+      case kCap:
+        return sm90::launch_bwd_ws<sm90::BwdWideConfig<kHeadDim, T, true, kCap>>(params, flags, 1, stream);
+      case kAlibi:
+        return sm90::launch_bwd_ws<sm90::BwdWideConfig<kHeadDim, T, true, kAlibi>>(params, flags, 1, stream);
+      case kCap | kAlibi:
+        return sm90::launch_bwd_ws<sm90::BwdWideConfig<kHeadDim, T, true, kCap | kAlibi>>(params, flags, 1, stream);
+      case kDrop:
+        return sm90::launch_bwd_ws<sm90::BwdWideConfig<kHeadDim, T, true, kDrop>>(params, flags, 1, stream);
+      default:
+        return cudaErrorNotSupported;
+    }
+  }
+}
+
 }  // namespace jax_flash::cuda
+
+#define JAX_FLASH_INSTANTIATE_BWD_SM90_WIDE_LOGITS(DTYPE, HDIM, SETS)                                          \
+  template cudaError_t jax_flash::cuda::run_bwd_sm90_wide_logits_hdim<jax_flash::DType::DTYPE, HDIM, SETS>(    \
+      const jax_flash::BwdParams&, jax_flash::cuda::BwdLaunchFlags, cudaStream_t);
 
 #define JAX_FLASH_INSTANTIATE_BWD_SM90_WIDE_MASKS(DTYPE, HDIM)                                        \
   template cudaError_t jax_flash::cuda::run_bwd_sm90_wide_masks_hdim<jax_flash::DType::DTYPE, HDIM>(  \

@@ -16,13 +16,20 @@
 // (kMasks, atomic mode) Warpgroup 0 zeroes the hidden elements of P^T
 // (bwd90::masks_t), so dS^T, made from it, is zero there too; a step the
 // ids skip (bwd_masks.cuh) releases both rings and does nothing else.
+// (kLogits) Warpgroup 0 makes P^T with the transform (bwd_logits_tile.cuh);
+// with soft-cap it hands warpgroup 1 P^T (1 - t^2) instead of P^T, which is
+// all dS^T = P^T (dP^T - D)(1 - t^2) needs of t. Dropout: each warpgroup
+// makes the keep bits of its (identical) accumulator positions; warpgroup 0
+// hands over the kept-and-dropped P^T and runs dV on the dropped one,
+// warpgroup 1 takes keep dP^T / (1 - rate).
 #pragma once
 
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 
 #include "cuda/sm90/bulk_ops.cuh"  // red_add_f32x4
-#include "cuda/sm90/bwd_masks.cuh"  // kStepSkip, bwd90::masks_t
+#include "cuda/sm90/bwd_logits.cuh"  // logits_pass1, with_bias, dropout_bits_t, AlibiTile
+#include "cuda/sm90/bwd_masks.cuh"   // kStepSkip, bwd90::masks_t
 #include "cuda/sm90/bwd_params.cuh"
 #include "cuda/sm90/bwd_wide_config.cuh"
 #include "cuda/sm90/pipeline.cuh"
@@ -36,6 +43,9 @@ struct BwdWideMainloop {
   using Config = Cfg;
   using Element = typename Cfg::Element;
   static constexpr int M = Cfg::kBlockM, N = Cfg::kBlockN, D = Cfg::kHeadDim;
+  static constexpr int kTransform = Cfg::kLogits & (kLogitSoftcap | kLogitAlibi);
+  static constexpr bool kCap = (Cfg::kLogits & kLogitSoftcap) != 0;
+  static constexpr bool kDropout = (Cfg::kLogits & kLogitDropout) != 0;
 
   typename Cfg::TiledMmaSdP mma_sdp;  // one warpgroup
   typename Cfg::TiledMmadKV mma_dkv;  // one warpgroup: dV (0) or dK (1)
@@ -134,33 +144,74 @@ struct BwdWideMainloop {
     const bool ordered = kp.dq_order != nullptr;
 
     // Warpgroup 0: P^T in place of the S^T wgmma in flight on a; (kMasks)
-    // the step's flags say which masks apply.
-    auto make_p = [&](AccS& a, int st, int m0, [[maybe_unused]] int flags) {
+    // the step's flags say which masks apply; (kCap) pc <- P^T (1 - t^2).
+    auto make_p = [&](AccS& a, int st, int m0, [[maybe_unused]] int flags, [[maybe_unused]] auto& pc) {
       Tensor s = make_tensor(a.data(), fwd::acc_rowcol_layout(a.layout()));
-      // Columns are queries, so the LSE varies along columns.
-      float lse2[decltype(size<1>(s))::value];
-      CUTE_UNROLL
-      for (int c = 0; c < size<1>(s); ++c) lse2[c] = ss.lse2[st][get<1>(tSc_rc(0, c))];
-      warpgroup_wait<0>();
-      warpgroup_fence_operand(a);
-      // (kMasks: the Variant's tile mask covers causal and the edges too.)
-      const bool mask = !Cfg::kMasks && ((p.causal && m0 < n0 + N - 1) || n0 + N > Sk || m0 + M > Sq);
-      CUTE_UNROLL
-      for (int c = 0; c < size<1>(s); ++c) {
+      if constexpr (kTransform != 0) {
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(a);
+        const bwd90::AlibiTile al = (kTransform & kLogitAlibi) != 0
+                                        ? bwd90::AlibiTile(ss.ls.slope[st] * bwd::kLog2e, m0 + ss.ms.offset, n0, M, N,
+                                                           rb, cb)
+                                        : bwd90::AlibiTile(0.f, 0, 0, M, N, 0, 0);
+        // Soft-cap: s <- t; else (ALiBi) s <- P^T.
+        bwd90::logits_pass1<kTransform, true>(s, tSc0_rc, cb, ss.lse2[st], kp.scale_log2, kCap ? ss.ls.qk_mul : 0.f,
+                                              al);
+        if constexpr (kCap) {
+          const float cap_log2 = ss.ls.cap_log2;
+          bwd90::with_bias<(kTransform & kLogitAlibi) != 0>(tSc0_rc, al, [&](auto&& arg) {
+            CUTE_UNROLL
+            for (int c = 0; c < size<1>(s); ++c) {
+              const float l2 = ss.lse2[st][cb + get<1>(tSc0_rc(0, c))];
+              CUTE_UNROLL
+              for (int r = 0; r < size<0>(s); ++r) {
+                const float t = s(r, c);
+                const float pv = exp2f(fmaf(t, cap_log2, arg(r, c, l2)));
+                s(r, c) = pv;
+                pc(r, c) = Element(pv * fmaf(-t, t, 1.f));
+              }
+            }
+          });
+        }
+      } else {
+        // Columns are queries, so the LSE varies along columns.
+        float lse2[decltype(size<1>(s))::value];
         CUTE_UNROLL
-        for (int r = 0; r < size<0>(s); ++r) {
-          float pv = exp2f(s(r, c) * kp.scale_log2 - lse2[c]);
-          if (mask) {
-            const int key = n0 + get<0>(tSc_rc(r, c)), query = m0 + get<1>(tSc_rc(r, c));
-            pv = key < Sk && query < Sq && (!p.causal || key <= query) ? pv : 0.f;
+        for (int c = 0; c < size<1>(s); ++c) lse2[c] = ss.lse2[st][get<1>(tSc_rc(0, c))];
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(a);
+        // (kMasks: the Variant's tile mask covers causal and the edges too.)
+        const bool mask = !Cfg::kMasks && ((p.causal && m0 < n0 + N - 1) || n0 + N > Sk || m0 + M > Sq);
+        CUTE_UNROLL
+        for (int c = 0; c < size<1>(s); ++c) {
+          CUTE_UNROLL
+          for (int r = 0; r < size<0>(s); ++r) {
+            float pv = exp2f(s(r, c) * kp.scale_log2 - lse2[c]);
+            if (mask) {
+              const int key = n0 + get<0>(tSc_rc(r, c)), query = m0 + get<1>(tSc_rc(r, c));
+              pv = key < Sk && query < Sq && (!p.causal || key <= query) ? pv : 0.f;
+            }
+            s(r, c) = pv;
           }
-          s(r, c) = pv;
         }
       }
       if constexpr (Cfg::kMasks) {
         if (flags & bwd90::kTileMask)
           bwd90::masks_t(tSc0_rc, rb, cb, ss.ms.qseg[st], ss.ms.kseg, flags & bwd90::kTileSeg,
-                         ss.ms.variant(p, w.batch).tile_mask(m0, n0), [&](int r, int c) { s(r, c) = 0.f; });
+                         ss.ms.variant(p, w.batch).tile_mask(m0, n0), [&](int r, int c) {
+                           s(r, c) = 0.f;
+                           if constexpr (kCap) pc(r, c) = Element(0.f);
+                         });
+      }
+    };
+    // (dropout) This thread's keep bits of the step's tile (both warpgroups
+    // hold the same positions).
+    [[maybe_unused]] auto keep_bits = [&](int m0, int head) {
+      if constexpr (kDropout) {
+        const uint32_t seed[2] = {ss.ls.seed[0], ss.ls.seed[1]};
+        return bwd90::dropout_bits_t(tSc_rc, seed, ss.ls.drop_threshold, w.batch, head, m0, n0);
+      } else {
+        return 0;
       }
     };
 
@@ -192,16 +243,34 @@ struct BwdWideMainloop {
       Tensor tA = make_tensor(rA.data(), fwd::PAsALayout<M>{});
       if (wg == 0) {
         fwd::wgmma_issue<true, false>(mma_sdp, tSrK, tSrQ(_, _, _, st), acc_s);
-        make_p(acc_s, st, m0, flags);
+        Tensor rPc = make_tensor<Element>(acc_s.layout());  // (kCap) P^T (1 - t^2)
+        Tensor pc = make_tensor(rPc.data(), fwd::acc_rowcol_layout(rPc.layout()));
+        [[maybe_unused]] const auto keep = keep_bits(m0, at.head);  // (under the S^T wgmma)
+        make_p(acc_s, st, m0, flags, pc);
         barrier_arrive(ss.empty[st]);  // Q (S^T) and the LSE: done with this stage
-        rA = fwd::convert_regs<Element>(acc_s);
-        cute::copy(r2s, r2s_thr.retile_S(rA), tPsPt(_, _, _, buf));
+        if constexpr (kCap) {
+          cute::copy(r2s, r2s_thr.retile_S(rPc), tPsPt(_, _, _, buf));
+        } else {
+          rA = fwd::convert_regs<Element>(acc_s);
+          cute::copy(r2s, r2s_thr.retile_S(rA), tPsPt(_, _, _, buf));
+        }
         named_arrive(kBarWideP, Cfg::kConsumerThreads);  // (read by warpgroup 1's loads, no wgmma: no proxy fence)
+        if constexpr (kDropout) {  // dV takes the dropped P^T
+          Tensor s = make_tensor(acc_s.data(), fwd::acc_rowcol_layout(acc_s.layout()));
+          const float ks = ss.ls.keep_scale;
+          CUTE_UNROLL
+          for (int c = 0; c < size<1>(s); ++c) {
+            CUTE_UNROLL
+            for (int r = 0; r < size<0>(s); ++r) s(r, c) = keep(r, c) ? s(r, c) * ks : 0.f;
+          }
+        }
+        if constexpr (kCap || kDropout) rA = fwd::convert_regs<Element>(acc_s);
         barrier_wait(ss.do_full[ds], do_ring.phase);
         fwd::wgmma_issue<false, true>(mma_dkv, tA, tdVrdOt(_, _, _, ds), acc);
       } else {
         barrier_wait(ss.do_full[ds], do_ring.phase);
         fwd::wgmma_issue<true, false>(mma_sdp, tSrV, tSrdO(_, _, _, ds), acc_s);
+        [[maybe_unused]] const auto keep = keep_bits(m0, at.head);  // (under the dP^T wgmma)
         warpgroup_wait<0>();
         warpgroup_fence_operand(acc_s);
         barrier_arrive(ss.do_empty[ds]);  // dO (dP^T): this warpgroup is done with it
@@ -216,7 +285,12 @@ struct BwdWideMainloop {
         for (int c = 0; c < size<1>(s); ++c) {
           const float dd = ss.dsum[st][get<1>(tSc_rc(0, c))];
           CUTE_UNROLL
-          for (int r = 0; r < size<0>(s); ++r) s(r, c) = float(pr(r, c)) * (s(r, c) - dd);
+          for (int r = 0; r < size<0>(s); ++r) {
+            if constexpr (kDropout)
+              s(r, c) = float(pr(r, c)) * ((keep(r, c) ? s(r, c) * ss.ls.keep_scale : 0.f) - dd);
+            else
+              s(r, c) = float(pr(r, c)) * (s(r, c) - dd);
+          }
         }
         rA = fwd::convert_regs<Element>(acc_s);
         cute::copy(r2s, r2s_thr.retile_S(rA), tdSsdSt(_, _, _, buf));
