@@ -43,4 +43,10 @@ cudaError_t run_fwd_sm90_masks_hdim(const FwdParams& params, cudaStream_t stream
 template <DType kDType, int kHeadDim>
 cudaError_t run_fwd_sm90_logits_hdim(const FwdParams& params, cudaStream_t stream);
 
+// Dropout with soft-cap and / or ALiBi on the same kernel
+// (instantiations/fwd_sm90_logits_dropout_*.cu, 90a builds only; tried
+// first by run_fwd_var_hdim for such calls with vector copies).
+template <DType kDType, int kHeadDim>
+cudaError_t run_fwd_sm90_logits_dropout_hdim(const FwdParams& params, cudaStream_t stream);
+
 }  // namespace jax_flash::cuda

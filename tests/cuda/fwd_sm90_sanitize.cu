@@ -48,6 +48,11 @@ struct Case {
 
 static cudaError_t run(const Case& c, const FwdParams& p) {
   constexpr DType bf = DType::kBFloat16;
+  if (c.dropout > 0.f && (c.softcap > 0.f || c.alibi)) {  // dropout with a logit transform
+    if (p.head_dim <= 64) return jf::run_fwd_sm90_logits_dropout_hdim<bf, 64>(p, 0);
+    if (p.head_dim <= 128) return jf::run_fwd_sm90_logits_dropout_hdim<bf, 128>(p, 0);
+    return jf::run_fwd_sm90_logits_dropout_hdim<bf, 256>(p, 0);
+  }
   if (c.logits()) {
     if (p.head_dim <= 64) return jf::run_fwd_sm90_logits_hdim<bf, 64>(p, 0);
     return jf::run_fwd_sm90_logits_hdim<bf, 128>(p, 0);
@@ -141,6 +146,10 @@ int main(int argc, char** argv) {
       // the logits kernels: soft-cap + ALiBi with segment ids, soft-cap alone, dropout with a window
       {2, 333, 300, 4, 2, 64, true, true, -1, false, 90, 20.f, true}, {1, 257, 300, 2, 1, 128, false, true, -1, true, 0, 30.f},
       {2, 300, 300, 2, 2, 128, true, true, 80, false, 0, 0.f, false, 0.2f},
+      // dropout with soft-cap and / or ALiBi: d64 soft-cap, d128 ALiBi with segment ids, d256 both
+      {2, 333, 300, 4, 2, 64, true, true, -1, false, 0, 30.f, false, 0.15f},
+      {1, 257, 300, 2, 1, 128, false, true, 70, false, 60, 0.f, true, 0.1f},
+      {1, 300, 333, 2, 2, 256, true, true, -1, true, 0, 20.f, true, 0.2f},
   };
   int fails = 0;
   for (const Case& c : cases) fails += run_case(c, rng);

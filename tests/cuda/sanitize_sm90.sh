@@ -16,7 +16,7 @@ FLAGS=(-std=c++17 -O3 --expt-relaxed-constexpr --use_fast_math -gencode=arch=com
 status=0
 for dir in ${*:-fwd bwd}; do
   case $dir in
-    fwd) units="fwd_sm90_hdim64_bf16 fwd_sm90_hdim128_bf16 fwd_sm90_hdim256_bf16 fwd_sm90_masks_hdim64_bf16 fwd_sm90_masks_hdim128_bf16 fwd_sm90_masks_hdim256_bf16 fwd_sm90_logits_hdim64_bf16 fwd_sm90_logits_hdim128_bf16" ;;
+    fwd) units="fwd_sm90_hdim64_bf16 fwd_sm90_hdim128_bf16 fwd_sm90_hdim256_bf16 fwd_sm90_masks_hdim64_bf16 fwd_sm90_masks_hdim128_bf16 fwd_sm90_masks_hdim256_bf16 fwd_sm90_logits_hdim64_bf16 fwd_sm90_logits_hdim128_bf16 fwd_sm90_logits_dropout_hdim64_bf16 fwd_sm90_logits_dropout_hdim128_bf16 fwd_sm90_logits_dropout_hdim256_bf16" ;;
     bwd) units="bwd_sm90_hdim64_bf16 bwd_sm90_hdim128_bf16 bwd_sm90_hdim256_bf16 bwd_sm90_masks_hdim64_bf16 bwd_sm90_masks_hdim128_bf16 bwd_sm90_logits_hdim64_bf16 bwd_sm90_logits_hdim128_bf16 bwd_sm90_logits_dropout_hdim64_bf16 bwd_sm90_logits_dropout_hdim128_bf16 bwd_sm90_masks_seg_order_hdim64_bf16 bwd_sm90_masks_seg_order_hdim128_bf16 bwd_sm90_masks_hdim256_bf16 bwd_sm90_logits_hdim256_bf16 bwd_sm90_logits_dropout_hdim256_bf16" ;;
     *) echo "unknown kernel set: $dir (fwd or bwd)"; exit 2 ;;
   esac

@@ -33,13 +33,15 @@ cudaError_t run_fwd_var_hdim(const FwdParams& params, bool vec_ok, cudaStream_t 
     return run_fwd_varm_hdim<kDType, kHeadDim>(params, stream);
   }
 #if defined(JAX_FLASH_FWD_SM90)
-  // Soft-cap / ALiBi without dropout, or dropout alone (with or without
-  // masks): the Hopper logits kernels (fwd_sm90_logits_*.cu units) on cc 9.0
-  // devices; cudaErrorNotSupported otherwise (dropout with soft-cap or
-  // ALiBi too), then the generic kernel.
+  // Soft-cap / ALiBi / dropout in any set (with or without masks): the
+  // Hopper logits kernels (fwd_sm90_logits_*.cu units; dropout with a
+  // transform: fwd_sm90_logits_dropout_*.cu) on cc 9.0 devices;
+  // cudaErrorNotSupported otherwise, then the generic kernel.
   if constexpr (kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256) {
     if (vec_ok && !variant_masks_only(params)) {
-      const cudaError_t err = run_fwd_sm90_logits_hdim<kDType, kHeadDim>(params, stream);
+      const bool with_dropout = variant_dropout(params) && (params.softcap > 0.f || params.alibi_slopes != nullptr);
+      const cudaError_t err = with_dropout ? run_fwd_sm90_logits_dropout_hdim<kDType, kHeadDim>(params, stream)
+                                           : run_fwd_sm90_logits_hdim<kDType, kHeadDim>(params, stream);
       if (err != cudaErrorNotSupported) return err;
     }
   }

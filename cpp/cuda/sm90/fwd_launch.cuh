@@ -176,6 +176,28 @@ cudaError_t run_fwd_sm90_logits_hdim(const FwdParams& params, cudaStream_t strea
   return sm90::launch_fwd_ws<sm90::FwdConfig<kHeadDim, E, 2, true, fwd::kLogitSoftcap | fwd::kLogitAlibi>>(params, stream);
 }
 
+// Dropout with soft-cap and / or ALiBi (with or without the masks-only
+// variants): the same kernel's three kLogits sets with the dropout bit, two
+// consumer warpgroups (own units, instantiations/fwd_sm90_logits_dropout_*.cu).
+// cudaErrorNotSupported for anything else, as for run_fwd_sm90_logits_hdim.
+template <DType kDType, int kHeadDim>
+cudaError_t run_fwd_sm90_logits_dropout_hdim(const FwdParams& params, cudaStream_t stream) {
+  using E = sm90::ElementOf<kDType>;
+  constexpr int kCap = fwd::kLogitSoftcap, kAlibi = fwd::kLogitAlibi, kDrop = fwd::kLogitDropout;
+  if (!variant_dropout(params)) return cudaErrorNotSupported;
+  const int logits = (params.softcap > 0.f ? kCap : 0) | (params.alibi_slopes ? kAlibi : 0);
+  switch (logits) {
+    case kCap:
+      return sm90::launch_fwd_ws<sm90::FwdConfig<kHeadDim, E, 2, true, kCap | kDrop>>(params, stream);
+    case kAlibi:
+      return sm90::launch_fwd_ws<sm90::FwdConfig<kHeadDim, E, 2, true, kAlibi | kDrop>>(params, stream);
+    case kCap | kAlibi:
+      return sm90::launch_fwd_ws<sm90::FwdConfig<kHeadDim, E, 2, true, kCap | kAlibi | kDrop>>(params, stream);
+    default:
+      return cudaErrorNotSupported;
+  }
+}
+
 // Float32 on TF32 wgmmas, head dims up to kHeadDim (64, 128): plain
 // attention and the masks-only variants; `scratch` holds
 // tf32_fwd_scratch_bytes. cudaErrorNotSupported as for run_fwd_sm90_hdim and
@@ -193,6 +215,10 @@ cudaError_t run_fwd_sm90_tf32_hdim(const FwdParams& params, void* scratch, cudaS
 #define JAX_FLASH_INSTANTIATE_FWD_SM90_TF32(HDIM)                                      \
   template cudaError_t jax_flash::cuda::run_fwd_sm90_tf32_hdim<HDIM>(const jax_flash::FwdParams&, void*, \
                                                                     cudaStream_t);
+
+#define JAX_FLASH_INSTANTIATE_FWD_SM90_LOGITS_DROPOUT(DTYPE, HDIM)                                      \
+  template cudaError_t jax_flash::cuda::run_fwd_sm90_logits_dropout_hdim<jax_flash::DType::DTYPE, HDIM>( \
+      const jax_flash::FwdParams&, cudaStream_t);
 
 #define JAX_FLASH_INSTANTIATE_FWD_SM90_MASKS(DTYPE, HDIM)                                      \
   template cudaError_t jax_flash::cuda::run_fwd_sm90_masks_hdim<jax_flash::DType::DTYPE, HDIM>( \
