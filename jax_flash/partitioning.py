@@ -190,8 +190,8 @@ def _bwd_workspace_floats(q, deterministic: bool, variants: bool, k_shape=None) 
     """float32 scratch per leading-batch element for the CUDA backward: rowsum
     D = rowsum(dO * O), plus the float32 dQ accumulator (head_dim padded to
     the widest kernel's that may run: _accum_head_dim) in atomic mode, and in
-    deterministic mode where the Hopper kernel may run (padded head dim 64 or
-    128: plain attention and any variant; 256: plain attention). The ordered kernels' counters (deterministic mode, and the
+    deterministic mode where the Hopper kernel may run (padded head dim 64,
+    128 or 256). The ordered kernels' counters (deterministic mode, and the
     ordered path atomic mode takes on some plain grids) live in dq's own buffer
     until the backward writes it (cpp/cuda/bwd_dispatch.h), so they add
     nothing here. XLA hands custom calls no reliable scratch allocator, so it
@@ -218,7 +218,7 @@ def _bwd_workspace_floats(q, deterministic: bool, variants: bool, k_shape=None) 
     d_pad = _accum_head_dim(d, variants)
     rows = hq * sq * math.prod(q.shape[:-3])
     slack = 0 if rows % 64 == 0 else 128
-    det_ordered = d_pad in (64, 128) or (d_pad == 256 and not variants)
+    det_ordered = d_pad in (64, 128, 256)
     accum = d_pad if (det_ordered or not deterministic) else 0
     sq_pad = -(-sq // 128) * 128
     return hq * sq + hq * sq_pad * accum + slack

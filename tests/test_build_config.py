@@ -182,12 +182,12 @@ def test_gpu_tests_skip_dtypes_this_build_lacks():
 
 def _cuda_workspace_bytes(batch, hq, sq, d_pad, deterministic, variants):
     """cpp/cuda/bwd_dispatch.h: each region rounded up to 256 B over the batch;
-    deterministic mode keeps the accumulator at 64/128 and at 256 without
-    variants (its order counters live in dq's buffer, not here); the
+    deterministic mode keeps the accumulator at 64/128/256 (its order
+    counters live in dq's buffer, not here); the
     accumulator's rows are padded per head to whole 128-row tiles."""
     up = lambda n: (n + 255) // 256 * 256
     rows = batch * hq * sq
-    det_ordered = d_pad in (64, 128) or (d_pad == 256 and not variants)
+    det_ordered = d_pad in (64, 128, 256)
     accum = up(4 * batch * hq * -(-sq // 128) * 128 * d_pad) if (det_ordered or not deterministic) else 0
     return up(4 * rows) + accum
 

@@ -387,6 +387,11 @@ DET_CASES = [
     ("window dropout", 1, 900, 1000, 2, 1, 64),
     ("causal softcap dropout", 2, 600, 650, 4, 2, 128),
     ("alibi dropout lengths", 1, 700, 800, 2, 1, 64),
+    # the wide-head kernel's order keeper (256; 192 and 224 padded)
+    ("causal window lengths batchoff d256", 2, 700, 600, 4, 2, 256),
+    ("window offset gqa", 1, 500, 900, 4, 2, 192),
+    ("causal softcap alibi d256", 1, 650, 650, 2, 1, 256),
+    ("causal alibi dropout lengths", 2, 500, 520, 4, 2, 224),
     # segment ids, masks only (the Hopper kSegOrder kernels keep the band's
     # tiles and order the skipped ones too): long documents, recurring ids
     ("causal seglong", 2, 1100, 1100, 4, 2, 128),

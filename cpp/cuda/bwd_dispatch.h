@@ -88,8 +88,8 @@ cudaError_t run_bwd_sm90_wide_logits_hdim(const BwdParams& params, BwdLaunchFlag
 // tiles (below) and kHeadDim is the widest kernel's that may run (a plain
 // head dim of 96 runs padded on the Hopper kernel of 128: 128). The
 // accumulator is there in atomic mode, and in deterministic mode where the
-// Hopper kernel may run it (padded head dims 64 and 128: plain attention and
-// any variant; 256: plain attention), which orders its dQ
+// Hopper kernel may run it (padded head dims 64, 128 and 256; with segment
+// ids at 256 the SM80 pair runs, whose need is a subset), which orders its dQ
 // reduces with B*Hq*ceil(Sq/64) int counters. Those live at the start of dq's
 // own buffer, which nothing reads or writes until the convert kernel
 // overwrites all of it after the backward: so the scratch is the same as in
@@ -109,7 +109,7 @@ inline bool bwd_prefers_order(const BwdParams& p) {
 }
 inline bool bwd_det_ordered(const BwdParams& p, int padded_head_dim) {
   return (p.deterministic || bwd_prefers_order(p)) &&
-         (padded_head_dim == 64 || padded_head_dim == 128 || (padded_head_dim == 256 && p.plain_mask()));
+         (padded_head_dim == 64 || padded_head_dim == 128 || padded_head_dim == 256);
 }
 inline size_t bwd_dsum_bytes(const BwdParams& p) {
   return bwd_align256(sizeof(float) * size_t(p.batch) * size_t(p.heads_q) * size_t(p.seqlen_q));

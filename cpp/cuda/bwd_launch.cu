@@ -85,11 +85,11 @@ cudaError_t dispatch_bwd(const BwdParams& p, BwdLaunchFlags f, cudaStream_t s) {
 #endif
       return run_bwd_hdim<kDType, D>(for_kernel<D>(p), f, s);
     });
-  // The variants. On Hopper (90a builds, padded d64 / d128, aligned) the
-  // wgmma kernels take the masks-only ones (deterministic with segment ids:
-  // the kSegOrder kernel) and soft-cap / ALiBi / dropout in any set
-  // (deterministic: without segment ids); else (or NotSupported) the SM80
-  // ones.
+  // The variants. On Hopper (90a builds, padded d64 / d128 / d256, aligned)
+  // the wgmma kernels take the masks-only ones (deterministic with segment
+  // ids: the kSegOrder kernel at 64 / 128, SM80 at 256) and soft-cap / ALiBi
+  // / dropout in any set (deterministic: without segment ids); else (or
+  // NotSupported) the SM80 ones.
   const bool masks = variant_masks_only(p);
   return dispatch_head_dim<true>(p.head_dim, [&](auto d) {
     constexpr int D = decltype(d)::value;
@@ -108,7 +108,7 @@ cudaError_t dispatch_bwd(const BwdParams& p, BwdLaunchFlags f, cudaStream_t s) {
         const cudaError_t err = run_bwd_sm90_logits_hdim<kDType, D>(p, f, s);
         if (err != cudaErrorNotSupported) return err;
       }
-    } else if constexpr (D == 256) {  // (atomic mode)
+    } else if constexpr (D == 256) {
       const bool drop_sets = variant_dropout(p) && (p.softcap > 0.f || p.alibi_slopes != nullptr);
       const cudaError_t err = masks       ? run_bwd_sm90_wide_masks_hdim<kDType, D>(p, f, s)
                               : drop_sets ? run_bwd_sm90_wide_logits_hdim<kDType, D, true>(p, f, s)

@@ -169,6 +169,10 @@ int main(int argc, char** argv) {
       // logits on the wide-head kernel (atomic): soft-cap with segment ids, ALiBi + dropout, all three (224)
       {2, 333, 300, 4, 2, 256, true, false, -1, false, 90, 30.f}, {1, 300, 333, 2, 1, 256, false, false, 70, true, 0, 0.f, true, 0.2f},
       {1, 257, 300, 2, 2, 224, true, false, -1, false, 0, 20.f, true, 0.1f},
+      // the wide-head kernel in deterministic mode (its order keeper ranks as the masks kernel's):
+      // window + lengths, soft-cap + ALiBi causal, ALiBi + dropout (192)
+      {2, 333, 300, 4, 2, 256, true, true, 90, true, 0}, {1, 300, 310, 2, 1, 256, true, true, -1, false, 0, 30.f, true},
+      {1, 257, 300, 2, 1, 192, false, true, 80, false, 0, 0.f, true, 0.2f},
       // dropout with soft-cap and / or ALiBi (atomic and deterministic)
       {2, 300, 333, 2, 1, 64, true, false, -1, false, 0, 30.f, false, 0.15f},
       {1, 257, 300, 2, 1, 128, false, true, 90, false, 0, 20.f, true, 0.1f},

@@ -27,47 +27,48 @@ cudaError_t run_bwd_sm90_wide_hdim(const BwdParams& params, BwdLaunchFlags flags
 }
 
 // The masks-only variants (window, lengths, query offsets, segment ids) on
-// the same kernel (BwdWideConfig's kMasks), atomic mode only (deterministic
-// mode runs the SM80 pair: the masks' dQ order is the d64 / d128 writers').
+// the same kernel (BwdWideConfig's kMasks), atomic mode, and deterministic
+// without segment ids (launch_bwd_ws; with them the SM80 pair), where the
+// order keeper ranks as the d64 / d128 writers do (masks_dq_rank: highest
+// key tile first, so no rotation). Atomic mode staggers as plain does.
 template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_sm90_wide_masks_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream) {
-  if (params.deterministic) return cudaErrorNotSupported;
   using Cfg = sm90::BwdWideConfig<kHeadDim, bwd::ElementOf<kDType>, true>;
-  return sm90::launch_bwd_ws<Cfg>(params, flags, 1, stream);
+  return sm90::launch_bwd_ws<Cfg>(params, flags, params.deterministic ? 0 : 1, stream);
 }
 
 // Soft-cap / ALiBi / dropout in any set (with or without the masks-only
-// variants) on the same kernel, atomic mode only (deterministic mode runs
-// the SM80 pair). kDropoutSets: the three sets with dropout and a transform
-// (own units), else the other four.
+// variants) on the same kernel, in the modes the masks kernel runs (above).
+// kDropoutSets: the three sets with dropout and a transform (own units),
+// else the other four.
 template <DType kDType, int kHeadDim, bool kDropoutSets>
 cudaError_t run_bwd_sm90_wide_logits_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream) {
-  if (params.deterministic) return cudaErrorNotSupported;
+  const int rotate = params.deterministic ? 0 : 1;
   constexpr int kCap = fwd::kLogitSoftcap, kAlibi = fwd::kLogitAlibi, kDrop = fwd::kLogitDropout;
   using T = bwd::ElementOf<kDType>;
+  auto run = [&](auto cfg) { return sm90::launch_bwd_ws<decltype(cfg)>(params, flags, rotate, stream); };
   const int kind = bwd90::logits_kind(params);
   if constexpr (kDropoutSets) {
     switch (kind) {
       case kCap | kDrop:
-        return sm90::launch_bwd_ws<sm90::BwdWideConfig<kHeadDim, T, true, kCap | kDrop>>(params, flags, 1, stream);
+        return run(sm90::BwdWideConfig<kHeadDim, T, true, kCap | kDrop>{});
       case kAlibi | kDrop:
-        return sm90::launch_bwd_ws<sm90::BwdWideConfig<kHeadDim, T, true, kAlibi | kDrop>>(params, flags, 1, stream);
+        return run(sm90::BwdWideConfig<kHeadDim, T, true, kAlibi | kDrop>{});
       case kCap | kAlibi | kDrop:
-        return sm90::launch_bwd_ws<sm90::BwdWideConfig<kHeadDim, T, true, kCap | kAlibi | kDrop>>(params, flags, 1,
-                                                                                                stream);
+        return run(sm90::BwdWideConfig<kHeadDim, T, true, kCap | kAlibi | kDrop>{});
       default:
         return cudaErrorNotSupported;
     }
   } else {
     switch (kind) {
       case kCap:
-        return sm90::launch_bwd_ws<sm90::BwdWideConfig<kHeadDim, T, true, kCap>>(params, flags, 1, stream);
+        return run(sm90::BwdWideConfig<kHeadDim, T, true, kCap>{});
       case kAlibi:
-        return sm90::launch_bwd_ws<sm90::BwdWideConfig<kHeadDim, T, true, kAlibi>>(params, flags, 1, stream);
+        return run(sm90::BwdWideConfig<kHeadDim, T, true, kAlibi>{});
       case kCap | kAlibi:
-        return sm90::launch_bwd_ws<sm90::BwdWideConfig<kHeadDim, T, true, kCap | kAlibi>>(params, flags, 1, stream);
+        return run(sm90::BwdWideConfig<kHeadDim, T, true, kCap | kAlibi>{});
       case kDrop:
-        return sm90::launch_bwd_ws<sm90::BwdWideConfig<kHeadDim, T, true, kDrop>>(params, flags, 1, stream);
+        return run(sm90::BwdWideConfig<kHeadDim, T, true, kDrop>{});
       default:
         return cudaErrorNotSupported;
     }

@@ -311,7 +311,7 @@ struct BwdWideMainloop {
       AccQ acc_dq;
       Tensor tdQrdS_b = tdQrdS(_, _, _, buf);
       fwd::wgmma_issue<true, false>(mma_dq, tdQrdS_b, tdQrKt0, acc_dq);
-      const bool first = ordered && w.dq_rank(p, at.m_block()) == 0;
+      const bool first = !Cfg::kMasks && ordered && w.dq_rank(p, at.m_block()) == 0;  // (kMasks: cleared)
       warpgroup_wait<1>();  // dV / dK (dQ part 0 in flight)
       release();
       if (ordered) named_sync(kBarWideDqGo, kWideDqBarThreads);  // the CTAs ranked before have added

@@ -7,11 +7,17 @@
 // them. (Done by the consumers themselves, each warp's spin on the counter
 // and the wait for its adds to land before the release measured 5-12%
 // slower than the two-kernel order it replaces; here neither is on them.)
+// (kMasks, without segment ids: launch_bwd_ws) The CTA walks its band's
+// query tiles and ranks by masks_dq_rank, as the d64 / d128 writers do.
+// Without segment ids no step of the band is skipped (bwd_step_flags), so
+// every step takes its turn.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 
 #include "cuda/sm90/bulk_ops.cuh"  // wait_count, add_release
+#include "cuda/sm90/bwd_masks_tile.cuh"  // masks_dq_rank
 #include "cuda/sm90/bwd_params.cuh"
 #include "cuda/sm90/bwd_wide_config.cuh"
 #include "cuda/sm90/pipeline.cuh"  // named_sync, named_arrive
@@ -19,12 +25,29 @@
 namespace jax_flash::cuda::sm90 {
 
 template <class Cfg, class Work>
-__device__ __forceinline__ void bwd_order_wide_dq(const BwdKernelParams<Cfg>& kp, const Work& w, int lane) {
+__device__ __forceinline__ void bwd_order_wide_dq(const BwdKernelParams<Cfg>& kp,
+                                                  [[maybe_unused]] const typename Cfg::SharedStorage& ss,
+                                                  const Work& w, int lane) {
+  constexpr int M = Cfg::kBlockM;
+  // (kMasks) masks_dq_rank's walk: the highest key tile that visits the
+  // last ranked query tile, and that tile.
+  [[maybe_unused]] int run_last = w.n_block, run_m = INT_MAX;
   auto at = w.cursor();
   for (int step = 0; step < w.steps; ++step, at.advance()) {
     const int m = at.m_block();
     int* counter = kp.dq_counter(w.batch, at.head, m);
-    if (lane == 0) wait_count(counter, w.dq_rank(kp.p, m));
+    if (lane == 0) {
+      int rank;
+      if constexpr (Cfg::kMasks) {
+        if (m < run_m) run_last = w.n_block;  // the next q head: the walk restarts
+        run_m = m;
+        rank = bwd90::masks_dq_rank<M, Cfg::kBlockN>(ss.ms.variant(kp.p, w.batch), w.n_block, w.n_blocks, m,
+                                                     run_last);
+      } else {
+        rank = w.dq_rank(kp.p, m);
+      }
+      wait_count(counter, rank);
+    }
     __syncwarp();
     named_arrive(kBarWideDqGo, kWideDqBarThreads);
     // The consumers' adds, ordered before their arrival (bar.arrive
