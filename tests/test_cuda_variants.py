@@ -397,6 +397,9 @@ DET_CASES = [
     ("causal seglong", 2, 1100, 1100, 4, 2, 128),
     ("segruns gqa", 1, 900, 700, 4, 2, 64),
     ("segruns window lengths", 1, 1000, 1000, 2, 1, 128),
+    # sorted ids (documents in order: the dQ order ranks the visiting CTAs alone)
+    ("causal segments gqa", 2, 1500, 1500, 4, 2, 64),
+    ("segments window", 1, 1300, 1100, 2, 1, 128),
 ]
 
 

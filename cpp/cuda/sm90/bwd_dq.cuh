@@ -59,10 +59,14 @@ __device__ __forceinline__ void dq_from_staged(Acc& acc, const float* staged, in
 // landed, and its wait, poll and add then set the pace of every step.
 // BwdConfig::kSegOrder (deterministic, segment ids): the CTA walks the
 // band's query tiles, and a step the ids skip still takes its turn in the
-// tile's order (masks_dq_rank counts every CTA of the band), adding nothing.
+// tile's order (masks_dq_rank counts every CTA of the band), adding nothing;
+// unless the batch's ids are sorted (`seg_sorted`: bwd_masks_setup), when
+// the rank counts the visiting CTAs alone (masks_dq_rank_sorted) and a
+// skipped step takes no turn. That kernel takes its turn before the tile is
+// staged, the others after (their instruction streams stay as measured).
 template <class Cfg, class Work>
 __device__ __forceinline__ void bwd_write_dq(const BwdKernelParams<Cfg>& kp, typename Cfg::SharedStorage& ss,
-                                             const Work& w, int lane, int parity) {
+                                             const Work& w, int lane, int parity, [[maybe_unused]] bool seg_sorted) {
   constexpr int M = Cfg::kBlockM, D = Cfg::kHeadDim;
   const int bar_full = bwd_dq_full(parity), bar_empty = bwd_dq_empty(parity);
   // (kMasks, deterministic) masks_dq_rank's walk: the highest key tile that
@@ -75,17 +79,40 @@ __device__ __forceinline__ void bwd_write_dq(const BwdKernelParams<Cfg>& kp, typ
     // still take the handshake.
     bool skip = false;
     if constexpr (Cfg::kMasks) skip = (bwd_step_flags<M>(kp.p, w.batch, m * M, ss.ms) & kStepSkip) != 0;
+    [[maybe_unused]] int turn = 0;
+    if constexpr (Cfg::kSegOrder) {
+      // The rank is found while the consumers still make the tile: the
+      // sorted walk reads the ids' ranges from global memory, a latency the
+      // chain of adds would otherwise pay at every link.
+      if (lane == 0 && kp.dq_order != nullptr && !(skip && seg_sorted)) {
+        if (m < run_m) run_last = w.n_block;  // the next q head: the walk restarts
+        run_m = m;
+        const Variant v = ss.ms.variant(kp.p, w.batch);
+        // (One id for the whole batch: the band's run is the visitors'.)
+        const int rank = seg_sorted && !ss.ms.one_id
+                             ? bwd90::masks_dq_rank_sorted<M, Cfg::kBlockN>(v, kp.p, w.batch, w.n_block, w.n_blocks,
+                                                                            m, run_last)
+                             : bwd90::masks_dq_rank<M, Cfg::kBlockN>(v, w.n_block, w.n_blocks, m, run_last);
+        turn = rank;
+      }
+    }
     named_sync(bar_full, kDqBarThreads);
     if (skip) {
       if (step + 1 < w.steps) named_arrive(bar_empty, kDqBarThreads);
-      if constexpr (!Cfg::kSegOrder) continue;
+      if constexpr (!Cfg::kSegOrder) {
+        continue;
+      } else if (seg_sorted) {
+        continue;  // not a visitor: no turn
+      }
     }
     int* counter = kp.dq_order == nullptr ? nullptr : kp.dq_counter(w.batch, h, m);
     if (lane == 0) {
       bool first = false;
       if (counter != nullptr) {
         int rank;
-        if constexpr (Cfg::kMasks) {
+        if constexpr (Cfg::kSegOrder) {
+          rank = turn;  // (found above)
+        } else if constexpr (Cfg::kMasks) {
           if (m < run_m) run_last = w.n_block;  // the next q head: the walk restarts
           run_m = m;
           rank = bwd90::masks_dq_rank<M, Cfg::kBlockN>(ss.ms.variant(kp.p, w.batch), w.n_block, w.n_blocks, m,

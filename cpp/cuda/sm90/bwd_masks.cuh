@@ -53,8 +53,9 @@ struct BwdNoMaskSmem {};
 
 // Every thread of the CTA: the query tiles [m_begin, m_end) key tile n0
 // may meet, and the per-CTA values into ms. Two or four __syncthreads.
+// Returns (kKeepBand) whether the batch's ids are sorted (below), else 0.
 template <int M, int N, int kThreads, bool kKeepBand, class MaskSmem>
-__device__ __forceinline__ void bwd_masks_setup(const BwdParams& p, int b, int first_head, int n0, int tid,
+__device__ __forceinline__ int bwd_masks_setup(const BwdParams& p, int b, int first_head, int n0, int tid,
                                                 MaskSmem& ms, int& m_begin, int& m_end) {
   const Variant var(p, b, first_head);
   var.template query_tiles<M>(n0, n0 + N - 1, m_begin, m_end);
@@ -79,7 +80,18 @@ __device__ __forceinline__ void bwd_masks_setup(const BwdParams& p, int b, int f
   } else if (tid == 0) {
     ms.one_id = 0;
   }
+  if constexpr (kKeepBand) {
+    // Deterministic with segment ids (BwdConfig::kSegOrder): whether the
+    // batch's query and key id block ranges both never decrease (documents
+    // packed in order), when the dQ order ranks the visiting CTAs alone
+    // (bwd90::masks_dq_rank_sorted). Every CTA of the batch finds the same.
+    const int ok = var.seg_ranges() ? int(bwd90::ranges_sorted<kThreads>(p.q_segment_ranges, p.seqlen_q, b, tid) &&
+                                          bwd90::ranges_sorted<kThreads>(p.kv_segment_ranges, p.seqlen_k, b, tid))
+                                    : 0;
+    return __syncthreads_and(ok);  // (also the barrier below)
+  }
   __syncthreads();
+  return 0;
 }
 
 // The producer: step flags of query tile m0 (all lanes compute the same),

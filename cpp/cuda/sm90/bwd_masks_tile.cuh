@@ -139,4 +139,36 @@ __device__ __forceinline__ int masks_dq_rank(const Variant& v, int nb, int n_blo
   return last - nb;
 }
 
+// This thread's share of checking that a batch's id block ranges ([B, n, 2]:
+// min, max) never decrease along the sequence; the caller combines them.
+template <int kThreads>
+__device__ __forceinline__ bool ranges_sorted(const int32_t* ranges, int seqlen, int b, int tid) {
+  const int n = (seqlen + Variant::kSegBlock - 1) / Variant::kSegBlock;
+  const int32_t* r = ranges + int64_t(b) * n * 2;
+  bool ok = true;
+  for (int i = tid; i + 1 < n; i += kThreads) ok = ok && r[2 * i] <= r[2 * i + 2] && r[2 * i + 1] <= r[2 * i + 3];
+  return ok;
+}
+
+// masks_dq_rank for sorted ids (bwd_masks_setup's answer): the CTAs above nb
+// that visit query tile mt (in the band, ids not disjoint: the producer's
+// skip test) form a run [nb, last], since a key tile's lowest id and highest
+// never drop as the tile grows; and last never drops as mt grows (the
+// query tile's highest id does not either). So the steps the ids skip take
+// no turn at all.
+template <int M, int N>
+__device__ __forceinline__ int masks_dq_rank_sorted(const Variant& v, const BwdParams& p, int b, int nb,
+                                                    int n_blocks, int mt, int& last) {
+  Variant::SegRange qr;
+  const int32_t* rng = p.q_segment_ranges + int64_t(b) * ((p.seqlen_q + Variant::kSegBlock - 1) / Variant::kSegBlock) * 2;
+  Variant::seg_range(rng, mt * M, M, p.seqlen_q, qr.mn, qr.mx);
+  while (last + 1 < n_blocks) {
+    int a = 0, z = 0;
+    v.template query_tiles<M>((last + 1) * N, (last + 1) * N + N - 1, a, z);
+    if (a > mt || mt >= z || Variant::disjoint(qr, v.k_range((last + 1) * N, N))) break;
+    ++last;
+  }
+  return last - nb;
+}
+
 }  // namespace jax_flash::cuda::bwd90
