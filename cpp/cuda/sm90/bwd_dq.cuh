@@ -62,7 +62,7 @@ __device__ __forceinline__ void dq_from_staged(Acc& acc, const float* staged, in
 // tile's order (masks_dq_rank counts every CTA of the band), adding nothing;
 // unless the batch's ids are sorted (`seg_sorted`: bwd_masks_setup), when
 // the rank counts the visiting CTAs alone (masks_dq_rank_sorted) and a
-// skipped step takes no turn. That kernel takes its turn before the tile is
+// skipped step takes no turn. That kernel finds its rank before the tile is
 // staged, the others after (their instruction streams stay as measured).
 template <class Cfg, class Work>
 __device__ __forceinline__ void bwd_write_dq(const BwdKernelParams<Cfg>& kp, typename Cfg::SharedStorage& ss,
