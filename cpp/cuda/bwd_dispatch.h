@@ -53,9 +53,9 @@ template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_sm90_masks_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream);
 
 // Soft-cap and / or ALiBi, or dropout alone (with or without the
-// masks-only variants) on the Hopper kernel, atomic mode (instantiations/
-// bwd_sm90_logits_*.cu, built like the masks units); cudaErrorNotSupported
-// where it does not apply.
+// masks-only variants) on the Hopper kernel, atomic mode and deterministic
+// without segment ids (instantiations/bwd_sm90_logits_*.cu, built like the
+// masks units); cudaErrorNotSupported where it does not apply.
 template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_sm90_logits_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream);
 
@@ -72,13 +72,14 @@ template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_sm90_wide_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream);
 
 // The masks-only variants on it (head dims 160-256 padded to 256), atomic
-// mode (instantiations/bwd_sm90_masks_hdim256_*.cu, built with the variants
-// units); cudaErrorNotSupported where it does not apply.
+// mode and deterministic without segment ids (instantiations/
+// bwd_sm90_masks_hdim256_*.cu, built with the variants units);
+// cudaErrorNotSupported where it does not apply.
 template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_sm90_wide_masks_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream);
 
-// Soft-cap / ALiBi / dropout on it, atomic mode: kDropoutSets, dropout with
-// a transform (instantiations/bwd_sm90_logits_dropout_hdim256_*.cu), else
+// Soft-cap / ALiBi / dropout on it, in the same modes: kDropoutSets, dropout
+// with a transform (instantiations/bwd_sm90_logits_dropout_hdim256_*.cu), else
 // the other sets (bwd_sm90_logits_hdim256_*.cu).
 template <DType kDType, int kHeadDim, bool kDropoutSets>
 cudaError_t run_bwd_sm90_wide_logits_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream);
