@@ -56,6 +56,24 @@ __device__ __forceinline__ void bwd_row_stats(const BwdParams& p, const float* d
   }
 }
 
+// (kMasks) The step's values beside its stage: its flags, (ALiBi) the q
+// head's slope, (kTileSeg) the query rows' segment ids.
+template <class Cfg, int M>
+__device__ __forceinline__ void bwd_stage_variant(const BwdParams& p, typename Cfg::SharedStorage& ss, int st, int b,
+                                                  int h, int m, int flags, int lane) {
+  if (lane == 0) ss.ms.flags[st] = flags;
+  if constexpr ((Cfg::kLogits & kLogitAlibi) != 0) {
+    if (lane == 0) ss.ls.slope[st] = p.alibi_slopes[int64_t(b) * p.alibi_batch_stride + h];
+  }
+  if (flags & bwd90::kTileSeg) {
+    CUTE_UNROLL
+    for (int j = 0; j < M / 32; ++j) {
+      const int r = m * M + lane + 32 * j;
+      ss.ms.qseg[st][lane + 32 * j] = r < p.seqlen_q ? int(p.q_segment_ids[int64_t(b) * p.seqlen_q + r]) : 0;
+    }
+  }
+}
+
 template <class Cfg, class Work>
 __device__ __forceinline__ void bwd_produce(const BwdKernelParams<Cfg>& kp, typename Cfg::SharedStorage& ss,
                                             const Work& w, int lane) {
@@ -97,20 +115,7 @@ __device__ __forceinline__ void bwd_produce(const BwdKernelParams<Cfg>& kp, type
       ss.lse2[st][lane + 32 * j] = lse2[j];
       ss.dsum[st][lane + 32 * j] = dsum[j];
     }
-    if constexpr (Cfg::kMasks) {
-      if (lane == 0) ss.ms.flags[st] = flags;
-      if constexpr ((Cfg::kLogits & kLogitAlibi) != 0) {  // this q head's slope
-        if (lane == 0) ss.ls.slope[st] = p.alibi_slopes[int64_t(w.batch) * p.alibi_batch_stride + h];
-      }
-      if (flags & bwd90::kTileSeg) {
-        CUTE_UNROLL
-        for (int j = 0; j < kPerLane; ++j) {
-          const int r = m * M + lane + 32 * j;
-          ss.ms.qseg[st][lane + 32 * j] =
-              r < p.seqlen_q ? int(p.q_segment_ids[int64_t(w.batch) * p.seqlen_q + r]) : 0;
-        }
-      }
-    }
+    if constexpr (Cfg::kMasks) bwd_stage_variant<Cfg, M>(p, ss, st, w.batch, h, m, flags, lane);
     barrier_arrive(ss.full[st]);  // release: the stores above
     ring.advance();
   }
@@ -158,20 +163,7 @@ __device__ __forceinline__ void bwd_produce_wide(const BwdKernelParams<Cfg>& kp,
       ss.lse2[st][lane + 32 * j] = lse2[j];
       ss.dsum[st][lane + 32 * j] = dsum[j];
     }
-    if constexpr (Cfg::kMasks) {
-      if (lane == 0) ss.ms.flags[st] = flags;
-      if constexpr ((Cfg::kLogits & kLogitAlibi) != 0) {  // this q head's slope
-        if (lane == 0) ss.ls.slope[st] = p.alibi_slopes[int64_t(w.batch) * p.alibi_batch_stride + h];
-      }
-      if (flags & bwd90::kTileSeg) {
-        CUTE_UNROLL
-        for (int j = 0; j < M / 32; ++j) {
-          const int r = m * M + lane + 32 * j;
-          ss.ms.qseg[st][lane + 32 * j] =
-              r < p.seqlen_q ? int(p.q_segment_ids[int64_t(w.batch) * p.seqlen_q + r]) : 0;
-        }
-      }
-    }
+    if constexpr (Cfg::kMasks) bwd_stage_variant<Cfg, M>(p, ss, st, w.batch, h, m, flags, lane);
     barrier_arrive(ss.full[st]);  // release: the stores above
     ring.advance();
     if (lane == 0) {
