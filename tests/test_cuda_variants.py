@@ -159,6 +159,15 @@ def _make_case(name, b, sq, sk, hq, hkv, d, seed=0):
         ks = qs if sq == sk else _seg_runs(rng, b, sk)
         opts["q_segment_ids"] = jnp.asarray(qs)
         opts["kv_segment_ids"] = jnp.asarray(ks)
+    if "segqone" in name:
+        # One query document, the keys of that document then of a second
+        # one (in order): key tiles inside the first see a single id over
+        # their whole band, and those of the second meet no query at all.
+        qs = np.zeros((b, sq), np.int32)
+        ks = np.zeros((b, sk), np.int32)
+        ks[:, sk // 2:] = 1
+        opts["q_segment_ids"] = jnp.asarray(qs)
+        opts["kv_segment_ids"] = jnp.asarray(ks)
     if "seglong" in name or "segone" in name:
         # Long documents (300-900 tokens; segone: one), so that key tiles run
         # clean (every key the query tile's one id) between the mixed ones.
@@ -397,9 +406,11 @@ DET_CASES = [
     ("causal seglong", 2, 1100, 1100, 4, 2, 128),
     ("segruns gqa", 1, 900, 700, 4, 2, 64),
     ("segruns window lengths", 1, 1000, 1000, 2, 1, 128),
-    # sorted ids (documents in order: the dQ order ranks the visiting CTAs alone)
+    # sorted ids (documents in order: the dQ order ranks the visiting CTAs alone); one query
+    # document against two key documents, non-causal: CTAs of one id beside CTAs that visit nothing
     ("causal segments gqa", 2, 1500, 1500, 4, 2, 64),
     ("segments window", 1, 1300, 1100, 2, 1, 128),
+    ("segqone", 2, 700, 1500, 4, 2, 128),
 ]
 
 

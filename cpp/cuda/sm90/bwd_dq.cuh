@@ -60,13 +60,13 @@ __device__ __forceinline__ void dq_from_staged(Acc& acc, const float* staged, in
 // BwdConfig::kSegOrder (deterministic, segment ids): the CTA walks the
 // band's query tiles, and a step the ids skip still takes its turn in the
 // tile's order (masks_dq_rank counts every CTA of the band), adding nothing;
-// unless the batch's ids are sorted (`seg_sorted`: bwd_masks_setup), when
+// unless the batch's ids are sorted (`seg`: SegOrder, bwd_masks_setup), when
 // the rank counts the visiting CTAs alone (masks_dq_rank_sorted) and a
 // skipped step takes no turn. That kernel finds its rank before the tile is
 // staged, the others after (their instruction streams stay as measured).
 template <class Cfg, class Work>
 __device__ __forceinline__ void bwd_write_dq(const BwdKernelParams<Cfg>& kp, typename Cfg::SharedStorage& ss,
-                                             const Work& w, int lane, int parity, [[maybe_unused]] bool seg_sorted) {
+                                             const Work& w, int lane, int parity, [[maybe_unused]] int seg) {
   constexpr int M = Cfg::kBlockM, D = Cfg::kHeadDim;
   const int bar_full = bwd_dq_full(parity), bar_empty = bwd_dq_empty(parity);
   // (kMasks, deterministic) masks_dq_rank's walk: the highest key tile that
@@ -84,12 +84,11 @@ __device__ __forceinline__ void bwd_write_dq(const BwdKernelParams<Cfg>& kp, typ
       // The rank is found while the consumers still make the tile: the
       // sorted walk reads the ids' ranges from global memory, a latency the
       // chain of adds would otherwise pay at every link.
-      if (lane == 0 && kp.dq_order != nullptr && !(skip && seg_sorted)) {
+      if (lane == 0 && kp.dq_order != nullptr && !(skip && seg != kSegBandTurns)) {
         if (m < run_m) run_last = w.n_block;  // the next q head: the walk restarts
         run_m = m;
         const Variant v = ss.ms.variant(kp.p, w.batch);
-        // (One id for the whole batch: the band's run is the visitors'.)
-        const int rank = seg_sorted && !ss.ms.one_id
+        const int rank = seg == kSegVisitors
                              ? bwd90::masks_dq_rank_sorted<M, Cfg::kBlockN>(v, kp.p, w.batch, w.n_block, w.n_blocks,
                                                                             m, run_last)
                              : bwd90::masks_dq_rank<M, Cfg::kBlockN>(v, w.n_block, w.n_blocks, m, run_last);
@@ -101,7 +100,7 @@ __device__ __forceinline__ void bwd_write_dq(const BwdKernelParams<Cfg>& kp, typ
       if (step + 1 < w.steps) named_arrive(bar_empty, kDqBarThreads);
       if constexpr (!Cfg::kSegOrder) {
         continue;
-      } else if (seg_sorted) {
+      } else if (seg != kSegBandTurns) {
         continue;  // not a visitor: no turn
       }
     }

@@ -63,13 +63,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_ws_kernel(const __grid_c
   }
   __syncthreads();
   BwdWork<Cfg::kBlockM, N> w(kp.p, kp.order_group, kp.rotate);
-  [[maybe_unused]] int seg_sorted = 0;  // (kSegOrder) the batch's ids are sorted
+  [[maybe_unused]] int seg_order = kSegBandTurns;  // (kSegOrder) how the dQ order ranks
   if constexpr (Cfg::kMasks) {  // every thread: the band's query tiles, the per-CTA values
     int m_begin = 0, m_end = 0;
     if constexpr (Cfg::kLogits != 0) {
       if (tid == 0) bwd_logits_setup(kp.p, ss.ls);
     }
-    seg_sorted = bwd_masks_setup<Cfg::kBlockM, N, Cfg::kThreads, Cfg::kSegOrder>(kp.p, w.batch, w.first_head,
+    seg_order = bwd_masks_setup<Cfg::kBlockM, N, Cfg::kThreads, Cfg::kSegOrder>(kp.p, w.batch, w.first_head,
                                                                                  w.n_block * N, tid, ss.ms, m_begin,
                                                                                  m_end);
     w.set_query_tiles(m_begin, m_end, kp.p.heads_q / kp.p.heads_kv);
@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_ws_kernel(const __grid_c
       if (warp == 1 && kp.dq_order != nullptr) bwd_order_wide_dq<Cfg>(kp, ss, w, tid % 32);
     } else {
       if (warp == 0) bwd_produce<Cfg>(kp, ss, w, tid % 32);
-      if (warp == 1 || warp == 2) bwd_write_dq<Cfg>(kp, ss, w, tid % 32, warp - 1, seg_sorted != 0);
+      if (warp == 1 || warp == 2) bwd_write_dq<Cfg>(kp, ss, w, tid % 32, warp - 1, seg_order);
     }
     return;
   }

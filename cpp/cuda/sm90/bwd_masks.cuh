@@ -28,6 +28,18 @@ namespace jax_flash::cuda::sm90 {
 // Step flags: bwd90::kTileMask, bwd90::kTileSeg, or kStepSkip.
 inline constexpr int kStepSkip = 4;
 
+// How the kSegOrder kernels rank the dQ adds (bwd_masks_setup's answer; the
+// same for every CTA of a batch, which a per-CTA fact such as ms.one_id is
+// not: ranking by it could wait on a turn that no CTA takes).
+//   kSegBandTurns: ids out of order: every step of a key tile's band takes
+//     its turn (masks_dq_rank), a skipped one adding nothing.
+//   kSegVisitors: the query and key id block ranges never decrease
+//     (documents packed in order): only the CTAs that visit a tile take
+//     turns there (masks_dq_rank_sorted), a skipped step none.
+//   kSegOneId: one id for the whole batch: nothing is skipped, and the band's
+//     run is the visitors' (masks_dq_rank, without the ranges' reads).
+enum SegOrder : int { kSegBandTurns = 0, kSegVisitors = 1, kSegOneId = 2 };
+
 template <int kBlockM, int kBlockN, int kStages>
 struct BwdMaskSmem {
   int qseg[kStages][kBlockM];  // the stage's query ids (kTileSeg steps)
@@ -53,7 +65,7 @@ struct BwdNoMaskSmem {};
 
 // Every thread of the CTA: the query tiles [m_begin, m_end) key tile n0
 // may meet, and the per-CTA values into ms. Two or four __syncthreads.
-// Returns (kKeepBand) whether the batch's ids are sorted (below), else 0.
+// Returns (kKeepBand) how the dQ order ranks (SegOrder, below), else 0.
 template <int M, int N, int kThreads, bool kKeepBand, class MaskSmem>
 __device__ __forceinline__ int bwd_masks_setup(const BwdParams& p, int b, int first_head, int n0, int tid,
                                                 MaskSmem& ms, int& m_begin, int& m_end) {
@@ -81,14 +93,13 @@ __device__ __forceinline__ int bwd_masks_setup(const BwdParams& p, int b, int fi
     ms.one_id = 0;
   }
   if constexpr (kKeepBand) {
-    // Deterministic with segment ids (BwdConfig::kSegOrder): whether the
-    // batch's query and key id block ranges both never decrease (documents
-    // packed in order), when the dQ order ranks the visiting CTAs alone
-    // (bwd90::masks_dq_rank_sorted). Every CTA of the batch finds the same.
+    // Deterministic with segment ids (BwdConfig::kSegOrder): every CTA of
+    // the batch finds the same answer, so they all rank alike.
     const int ok = var.seg_ranges() ? int(bwd90::ranges_sorted<kThreads>(p.q_segment_ranges, p.seqlen_q, b, tid) &&
                                           bwd90::ranges_sorted<kThreads>(p.kv_segment_ranges, p.seqlen_k, b, tid))
                                     : 0;
-    return __syncthreads_and(ok);  // (also the barrier below)
+    if (!__syncthreads_and(ok)) return kSegBandTurns;  // (also the barrier below)
+    return bwd90::ranges_one_id(p, b) ? kSegOneId : kSegVisitors;
   }
   __syncthreads();
   return 0;

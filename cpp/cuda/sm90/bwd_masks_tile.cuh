@@ -150,6 +150,16 @@ __device__ __forceinline__ bool ranges_sorted(const int32_t* ranges, int seqlen,
   return ok;
 }
 
+// Whether batch b's ids are all one, query and key (given sorted ranges:
+// the first block's lowest and the last block's highest say it).
+__device__ __forceinline__ bool ranges_one_id(const BwdParams& p, int b) {
+  const int nq = (p.seqlen_q + Variant::kSegBlock - 1) / Variant::kSegBlock;
+  const int nk = (p.seqlen_k + Variant::kSegBlock - 1) / Variant::kSegBlock;
+  const int32_t* q = p.q_segment_ranges + int64_t(b) * nq * 2;
+  const int32_t* k = p.kv_segment_ranges + int64_t(b) * nk * 2;
+  return q[0] == q[2 * nq - 1] && k[0] == k[2 * nk - 1] && q[0] == k[0];
+}
+
 // masks_dq_rank for sorted ids (bwd_masks_setup's answer): the CTAs above nb
 // that visit query tile mt (in the band, ids not disjoint: the producer's
 // skip test) form a run [nb, last], since a key tile's lowest id and highest
