@@ -7,7 +7,7 @@
 #include "cuda/common/dtypes.h"
 #include "cuda/common/head_dims.h"
 #include "cuda/common/poison.h"
-#include "cuda/common/variants.cuh"  // variant_masks_only
+#include "cuda/common/variants.cuh"  // variant_masks_only, variant_dropout_with_transform
 #include "cuda/launch.h"
 
 namespace jax_flash::cuda {
@@ -91,6 +91,7 @@ cudaError_t dispatch_bwd(const BwdParams& p, BwdLaunchFlags f, cudaStream_t s) {
   // / dropout in any set (deterministic: without segment ids); else (or
   // NotSupported) the SM80 ones.
   const bool masks = variant_masks_only(p);
+  const bool drop_sets = variant_dropout_with_transform(p);
   return dispatch_head_dim<true>(p.head_dim, [&](auto d) {
     constexpr int D = decltype(d)::value;
 #if defined(JAX_FLASH_BWD_SM90)
@@ -100,7 +101,7 @@ cudaError_t dispatch_bwd(const BwdParams& p, BwdLaunchFlags f, cudaStream_t s) {
         const cudaError_t err = seg_order ? run_bwd_sm90_masks_seg_order_hdim<kDType, D>(p, f, s)
                                           : run_bwd_sm90_masks_hdim<kDType, D>(p, f, s);
         if (err != cudaErrorNotSupported) return err;
-      } else if (variant_dropout(p) && (p.softcap > 0.f || p.alibi_slopes != nullptr)) {
+      } else if (drop_sets) {
         const cudaError_t err = run_bwd_sm90_logits_dropout_hdim<kDType, D>(p, f, s);
         if (err != cudaErrorNotSupported) return err;
       } else {
@@ -109,7 +110,6 @@ cudaError_t dispatch_bwd(const BwdParams& p, BwdLaunchFlags f, cudaStream_t s) {
         if (err != cudaErrorNotSupported) return err;
       }
     } else if constexpr (D == 256) {
-      const bool drop_sets = variant_dropout(p) && (p.softcap > 0.f || p.alibi_slopes != nullptr);
       const cudaError_t err = masks       ? run_bwd_sm90_wide_masks_hdim<kDType, D>(p, f, s)
                               : drop_sets ? run_bwd_sm90_wide_logits_hdim<kDType, D, true>(p, f, s)
                                           : run_bwd_sm90_wide_logits_hdim<kDType, D, false>(p, f, s);

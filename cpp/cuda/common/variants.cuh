@@ -24,6 +24,12 @@ __host__ __device__ inline bool variant_dropout(const FwdParams& p) {
   return p.dropout_rate > 0.f && p.dropout_seed != nullptr;
 }
 
+// Dropout together with soft-cap and / or ALiBi: the Hopper kernels build
+// these sets in units of their own.
+__host__ __device__ inline bool variant_dropout_with_transform(const FwdParams& p) {
+  return variant_dropout(p) && (p.softcap > 0.f || p.alibi_slopes != nullptr);
+}
+
 // Masks-only variants (window, lengths, offsets, segments): no soft-cap,
 // ALiBi or dropout. Those run on kernels built without the logit transform
 // and dropout code (kernel template kVariants = kVarMasks), whose register

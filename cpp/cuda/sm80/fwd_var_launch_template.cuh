@@ -39,9 +39,9 @@ cudaError_t run_fwd_var_hdim(const FwdParams& params, bool vec_ok, cudaStream_t 
   // cudaErrorNotSupported otherwise, then the generic kernel.
   if constexpr (kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256) {
     if (vec_ok && !variant_masks_only(params)) {
-      const bool with_dropout = variant_dropout(params) && (params.softcap > 0.f || params.alibi_slopes != nullptr);
-      const cudaError_t err = with_dropout ? run_fwd_sm90_logits_dropout_hdim<kDType, kHeadDim>(params, stream)
-                                           : run_fwd_sm90_logits_hdim<kDType, kHeadDim>(params, stream);
+      const cudaError_t err = variant_dropout_with_transform(params)
+                                  ? run_fwd_sm90_logits_dropout_hdim<kDType, kHeadDim>(params, stream)
+                                  : run_fwd_sm90_logits_hdim<kDType, kHeadDim>(params, stream);
       if (err != cudaErrorNotSupported) return err;
     }
   }

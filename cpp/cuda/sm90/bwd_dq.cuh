@@ -88,11 +88,9 @@ __device__ __forceinline__ void bwd_write_dq(const BwdKernelParams<Cfg>& kp, typ
         if (m < run_m) run_last = w.n_block;  // the next q head: the walk restarts
         run_m = m;
         const Variant v = ss.ms.variant(kp.p, w.batch);
-        const int rank = seg == kSegVisitors
-                             ? bwd90::masks_dq_rank_sorted<M, Cfg::kBlockN>(v, kp.p, w.batch, w.n_block, w.n_blocks,
-                                                                            m, run_last)
-                             : bwd90::masks_dq_rank<M, Cfg::kBlockN>(v, w.n_block, w.n_blocks, m, run_last);
-        turn = rank;
+        turn = seg == kSegVisitors
+                   ? bwd90::masks_dq_rank_sorted<M, Cfg::kBlockN>(v, kp.p, w.batch, w.n_block, w.n_blocks, m, run_last)
+                   : bwd90::masks_dq_rank<M, Cfg::kBlockN>(v, w.n_block, w.n_blocks, m, run_last);
       }
     }
     named_sync(bar_full, kDqBarThreads);
