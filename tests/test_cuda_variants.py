@@ -381,10 +381,10 @@ def _check_case(case, dtype, rising_slope=None):
             assert np.all(o[bb, ql[bb]:] == 0), "padded query rows must give o = 0"
 
 
-# Every option with segment ids (the SM80 kernels in deterministic mode),
-# and the band masks and logit transforms without them over many tiles,
-# which the Hopper kernels run in deterministic mode too (their dQ reduces
-# ranked per query tile by the key tiles that visit it).
+# Every option with and without segment ids over many tiles, which the
+# Hopper kernels run in deterministic mode (their dQ reduces ranked per
+# query tile by the key tiles that visit it; with segment ids the kSegOrder
+# instantiations).
 DET_CASES = [
     ("causal window segments lengths softcap alibi dropout", 2, 190, 210, 4, 2, 64),
     ("causal window lengths batchoff", 2, 1100, 900, 4, 2, 128),
@@ -401,6 +401,18 @@ DET_CASES = [
     ("window offset gqa", 1, 500, 900, 4, 2, 192),
     ("causal softcap alibi d256", 1, 650, 650, 2, 1, 256),
     ("causal alibi dropout lengths", 2, 500, 520, 4, 2, 224),
+    # segment ids on it (the wide kSegOrder kernel): in order, recurring, in order with a window at 192
+    ("causal segments gqa d256", 2, 900, 900, 4, 2, 256),
+    ("segruns lengths d256", 1, 800, 700, 2, 1, 256),
+    ("causal seglong window", 1, 1100, 1100, 2, 1, 192),
+    ("segqone d256", 1, 500, 900, 2, 1, 256),
+    # segment ids with a transform set (the kSegOrder logits kernels): in order and recurring,
+    # soft-cap / ALiBi / dropout, at 64, 128 and 256
+    ("causal segments softcap", 2, 700, 700, 4, 2, 128),
+    ("segruns alibi dropout lengths", 1, 900, 800, 2, 1, 128),
+    ("causal segruns softcap dropout gqa", 1, 800, 800, 4, 2, 64),
+    ("causal segments alibi d256", 1, 600, 600, 2, 1, 256),
+    ("segruns softcap dropout d256", 1, 500, 520, 2, 1, 256),
     # segment ids, masks only (the Hopper kSegOrder kernels keep the band's
     # tiles and order the skipped ones too): long documents, recurring ids
     ("causal seglong", 2, 1100, 1100, 4, 2, 128),

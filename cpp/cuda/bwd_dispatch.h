@@ -66,6 +66,12 @@ cudaError_t run_bwd_sm90_logits_hdim(const BwdParams& params, BwdLaunchFlags fla
 template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_sm90_logits_dropout_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream);
 
+// Deterministic mode with segment ids and a transform set (kDropoutSets:
+// dropout with a transform) on the kSegOrder logits instantiations
+// (instantiations/bwd_sm90_logits{,_dropout}_seg_order_*.cu).
+template <DType kDType, int kHeadDim, bool kDropoutSets>
+cudaError_t run_bwd_sm90_logits_seg_order_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream);
+
 // Same for head dim 256 (sm90/bwd_wide_config.cuh: the warpgroups keep dV
 // and dK; instantiations/bwd_sm90_hdim256_*.cu), plain attention, both modes.
 template <DType kDType, int kHeadDim>
@@ -78,11 +84,23 @@ cudaError_t run_bwd_sm90_wide_hdim(const BwdParams& params, BwdLaunchFlags flags
 template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_sm90_wide_masks_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream);
 
+// Deterministic mode with segment ids on it, masks only: the kSegOrder
+// instantiation (instantiations/bwd_sm90_masks_seg_order_hdim256_*.cu).
+template <DType kDType, int kHeadDim>
+cudaError_t run_bwd_sm90_wide_masks_seg_order_hdim(const BwdParams& params, BwdLaunchFlags flags,
+                                                   cudaStream_t stream);
+
 // Soft-cap / ALiBi / dropout on it, in the same modes: kDropoutSets, dropout
 // with a transform (instantiations/bwd_sm90_logits_dropout_hdim256_*.cu), else
 // the other sets (bwd_sm90_logits_hdim256_*.cu).
 template <DType kDType, int kHeadDim, bool kDropoutSets>
 cudaError_t run_bwd_sm90_wide_logits_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream);
+
+// Deterministic mode with segment ids and a transform set on it (instantiations/
+// bwd_sm90_logits{,_dropout}_seg_order_hdim256_*.cu).
+template <DType kDType, int kHeadDim, bool kDropoutSets>
+cudaError_t run_bwd_sm90_wide_logits_seg_order_hdim(const BwdParams& params, BwdLaunchFlags flags,
+                                                    cudaStream_t stream);
 
 // Workspace: [dsum: B*Hq*Sq floats][dq accumulator: B*Hq*Sq'*kHeadDim floats],
 // each part 256 B aligned, where Sq' is Sq rounded up to whole kBwdRowPad

@@ -86,33 +86,38 @@ cudaError_t dispatch_bwd(const BwdParams& p, BwdLaunchFlags f, cudaStream_t s) {
       return run_bwd_hdim<kDType, D>(for_kernel<D>(p), f, s);
     });
   // The variants. On Hopper (90a builds, padded d64 / d128 / d256, aligned)
-  // the wgmma kernels take the masks-only ones (deterministic with segment
-  // ids: the kSegOrder kernel at 64 / 128, SM80 at 256) and soft-cap / ALiBi
-  // / dropout in any set (deterministic: without segment ids); else (or
-  // NotSupported) the SM80 ones.
+  // the wgmma kernels take them all: the masks-only ones and soft-cap /
+  // ALiBi / dropout in any set, deterministic mode with segment ids on the
+  // kSegOrder instantiations; else (or NotSupported) the SM80 ones.
   const bool masks = variant_masks_only(p);
+  const bool seg_order = p.deterministic && p.segment_ids();
   const bool drop_sets = variant_dropout_with_transform(p);
   return dispatch_head_dim<true>(p.head_dim, [&](auto d) {
     constexpr int D = decltype(d)::value;
 #if defined(JAX_FLASH_BWD_SM90)
     if constexpr (D == 64 || D == 128) {
-      if (masks) {
-        const bool seg_order = p.deterministic && p.segment_ids();
-        const cudaError_t err = seg_order ? run_bwd_sm90_masks_seg_order_hdim<kDType, D>(p, f, s)
-                                          : run_bwd_sm90_masks_hdim<kDType, D>(p, f, s);
-        if (err != cudaErrorNotSupported) return err;
-      } else if (drop_sets) {
-        const cudaError_t err = run_bwd_sm90_logits_dropout_hdim<kDType, D>(p, f, s);
-        if (err != cudaErrorNotSupported) return err;
-      } else {
-        // Soft-cap / ALiBi without dropout, or dropout alone (else NotSupported).
-        const cudaError_t err = run_bwd_sm90_logits_hdim<kDType, D>(p, f, s);
-        if (err != cudaErrorNotSupported) return err;
-      }
+      cudaError_t err;
+      if (masks)
+        err = seg_order ? run_bwd_sm90_masks_seg_order_hdim<kDType, D>(p, f, s)
+                        : run_bwd_sm90_masks_hdim<kDType, D>(p, f, s);
+      else if (seg_order)
+        err = drop_sets ? run_bwd_sm90_logits_seg_order_hdim<kDType, D, true>(p, f, s)
+                        : run_bwd_sm90_logits_seg_order_hdim<kDType, D, false>(p, f, s);
+      else  // (soft-cap / ALiBi without dropout, or dropout alone; else NotSupported)
+        err = drop_sets ? run_bwd_sm90_logits_dropout_hdim<kDType, D>(p, f, s)
+                        : run_bwd_sm90_logits_hdim<kDType, D>(p, f, s);
+      if (err != cudaErrorNotSupported) return err;
     } else if constexpr (D == 256) {
-      const cudaError_t err = masks       ? run_bwd_sm90_wide_masks_hdim<kDType, D>(p, f, s)
-                              : drop_sets ? run_bwd_sm90_wide_logits_hdim<kDType, D, true>(p, f, s)
-                                          : run_bwd_sm90_wide_logits_hdim<kDType, D, false>(p, f, s);
+      cudaError_t err;
+      if (masks)
+        err = seg_order ? run_bwd_sm90_wide_masks_seg_order_hdim<kDType, D>(p, f, s)
+                        : run_bwd_sm90_wide_masks_hdim<kDType, D>(p, f, s);
+      else if (seg_order)
+        err = drop_sets ? run_bwd_sm90_wide_logits_seg_order_hdim<kDType, D, true>(p, f, s)
+                        : run_bwd_sm90_wide_logits_seg_order_hdim<kDType, D, false>(p, f, s);
+      else
+        err = drop_sets ? run_bwd_sm90_wide_logits_hdim<kDType, D, true>(p, f, s)
+                        : run_bwd_sm90_wide_logits_hdim<kDType, D, false>(p, f, s);
       if (err != cudaErrorNotSupported) return err;
     }
 #endif

@@ -2,7 +2,7 @@
 // warp-specialised Hopper backward: small plain cases with odd sizes, causal
 // and not, GQA, head dims 64, 128 and 256 (and head dims padded to them),
 // atomic and deterministic, and the masks and logits variants (deterministic
-// too; with segment ids the masks-only kSegOrder kernel). Inputs are
+// too; with segment ids the masks-only kSegOrder kernels). Inputs are
 // random (LSE too: the kernel only needs it finite); outputs are poisoned
 // (NaN bytes) first and must come back finite. Correctness against a
 // reference is tests/test_cuda_backward.py's job.
@@ -93,19 +93,34 @@ static int run_case(const Case& c, std::mt19937& rng) {
   p.workspace = ws;
   jf::BwdLaunchFlags flags;
   flags.vec_ok = flags.pair_ok = true;
+  // The launcher dispatch_bwd would pick (bwd_launch.cu) for this case.
+  const bool drop_sets = c.dropout > 0.f && (c.softcap > 0.f || c.alibi);
+  const bool seg_order = c.deterministic && c.doc > 0;
+  auto logits_seg_order = [&]() {
+    constexpr DType kB = DType::kBFloat16;
+    if (kd == 256)
+      return drop_sets ? jf::run_bwd_sm90_wide_logits_seg_order_hdim<kB, 256, true>(p, flags, 0)
+                       : jf::run_bwd_sm90_wide_logits_seg_order_hdim<kB, 256, false>(p, flags, 0);
+    if (kd == 64)
+      return drop_sets ? jf::run_bwd_sm90_logits_seg_order_hdim<kB, 64, true>(p, flags, 0)
+                       : jf::run_bwd_sm90_logits_seg_order_hdim<kB, 64, false>(p, flags, 0);
+    return drop_sets ? jf::run_bwd_sm90_logits_seg_order_hdim<kB, 128, true>(p, flags, 0)
+                     : jf::run_bwd_sm90_logits_seg_order_hdim<kB, 128, false>(p, flags, 0);
+  };
   const cudaError_t launched =
-      c.logits() && kd == 256
-                  ? (c.dropout > 0.f && (c.softcap > 0.f || c.alibi)
-                         ? jf::run_bwd_sm90_wide_logits_hdim<DType::kBFloat16, 256, true>(p, flags, 0)
-                         : jf::run_bwd_sm90_wide_logits_hdim<DType::kBFloat16, 256, false>(p, flags, 0))
-      : c.logits() && c.dropout > 0.f && (c.softcap > 0.f || c.alibi)
+      c.logits() && seg_order ? logits_seg_order()
+      : c.logits() && kd == 256
+                  ? (drop_sets ? jf::run_bwd_sm90_wide_logits_hdim<DType::kBFloat16, 256, true>(p, flags, 0)
+                               : jf::run_bwd_sm90_wide_logits_hdim<DType::kBFloat16, 256, false>(p, flags, 0))
+      : c.logits() && drop_sets
                   ? (kd == 64 ? jf::run_bwd_sm90_logits_dropout_hdim<DType::kBFloat16, 64>(p, flags, 0)
                               : jf::run_bwd_sm90_logits_dropout_hdim<DType::kBFloat16, 128>(p, flags, 0))
       : c.logits()  ? (kd == 64 ? jf::run_bwd_sm90_logits_hdim<DType::kBFloat16, 64>(p, flags, 0)
                               : jf::run_bwd_sm90_logits_hdim<DType::kBFloat16, 128>(p, flags, 0))
-      : c.masks() && c.deterministic && c.doc > 0
-                  ? (kd == 64 ? jf::run_bwd_sm90_masks_seg_order_hdim<DType::kBFloat16, 64>(p, flags, 0)
-                              : jf::run_bwd_sm90_masks_seg_order_hdim<DType::kBFloat16, 128>(p, flags, 0))
+      : c.masks() && seg_order
+                  ? (kd == 64    ? jf::run_bwd_sm90_masks_seg_order_hdim<DType::kBFloat16, 64>(p, flags, 0)
+                     : kd == 128 ? jf::run_bwd_sm90_masks_seg_order_hdim<DType::kBFloat16, 128>(p, flags, 0)
+                                 : jf::run_bwd_sm90_wide_masks_seg_order_hdim<DType::kBFloat16, 256>(p, flags, 0))
       : c.masks() ? (kd == 64    ? jf::run_bwd_sm90_masks_hdim<DType::kBFloat16, 64>(p, flags, 0)
                      : kd == 128 ? jf::run_bwd_sm90_masks_hdim<DType::kBFloat16, 128>(p, flags, 0)
                                  : jf::run_bwd_sm90_wide_masks_hdim<DType::kBFloat16, 256>(p, flags, 0))
@@ -161,7 +176,9 @@ int main(int argc, char** argv) {
       {2, 300, 131, 4, 2, 96, true, false},  {1, 257, 300, 2, 1, 96, false, true},
       {1, 200, 333, 2, 1, 192, true, false}, {2, 129, 257, 2, 2, 160, false, true},
       {1, 300, 310, 2, 1, 40, true, false, 70, true, 0}, {1, 257, 300, 2, 1, 80, false, true, -1, false, 0, 30.f},
-      // deterministic with segment ids (the kSegOrder kernel): skipped steps take their turn
+      // deterministic with segment ids (the kSegOrder kernels; ids in order: the visiting CTAs' turns),
+      // at 256 (192 padded) on the wide kernel's order keeper too
+      {1, 400, 333, 4, 2, 256, true, true, -1, true, 70}, {1, 300, 300, 2, 1, 192, false, true, 90, false, 50},
       {2, 400, 400, 4, 2, 64, true, true, -1, false, 90}, {1, 333, 300, 2, 1, 128, false, true, 70, true, 60},
       // masks-only variants on the wide-head kernel (atomic; 192 padded on 256)
       {2, 333, 300, 4, 2, 256, true, false, 90, true, 0}, {1, 400, 400, 2, 1, 256, true, false, -1, false, 70},
@@ -169,6 +186,11 @@ int main(int argc, char** argv) {
       // logits on the wide-head kernel (atomic): soft-cap with segment ids, ALiBi + dropout, all three (224)
       {2, 333, 300, 4, 2, 256, true, false, -1, false, 90, 30.f}, {1, 300, 333, 2, 1, 256, false, false, 70, true, 0, 0.f, true, 0.2f},
       {1, 257, 300, 2, 2, 224, true, false, -1, false, 0, 20.f, true, 0.1f},
+      // deterministic with segment ids and a transform set (the kSegOrder logits kernels): soft-cap +
+      // ALiBi at 64, dropout + soft-cap at 128, ALiBi at 256, dropout alone at 192 (these ids are in
+      // order; test_cuda_variants has recurring ones)
+      {2, 300, 333, 4, 2, 64, true, true, -1, false, 70, 20.f, true}, {1, 333, 300, 2, 1, 128, false, true, 90, true, 60, 30.f, false, 0.1f},
+      {1, 400, 400, 2, 1, 256, true, true, -1, false, 80, 0.f, true}, {1, 300, 320, 2, 2, 192, false, true, -1, true, 50, 0.f, false, 0.2f},
       // the wide-head kernel in deterministic mode (its order keeper ranks as the masks kernel's):
       // window + lengths, soft-cap + ALiBi causal, ALiBi + dropout (192)
       {2, 333, 300, 4, 2, 256, true, true, 90, true, 0}, {1, 300, 310, 2, 1, 256, true, true, -1, false, 0, 30.f, true},

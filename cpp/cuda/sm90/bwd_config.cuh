@@ -38,7 +38,7 @@ template <> struct BwdTile<128> { static constexpr int kM = 64; };
 // kMasks: the masks-only variants (bwd_masks.cuh); kLogits (with kMasks):
 // soft-cap / ALiBi / dropout, any set of the fwd::kLogit* bits (bwd_logits.cuh).
 // Their per-CTA and per-stage values follow the plain storage. kSegOrder
-// (masks only): deterministic mode with segment ids, its own kernel (the
+// (with kMasks): deterministic mode with segment ids, its own kernel (the
 // CTA keeps the band's query tiles and the steps the ids skip take their
 // turn in the dQ order: bwd_dq.cuh), so that the others compile as before.
 template <int kHeadDim_, class Element_, bool kMasks_ = false, int kLogits_ = 0, bool kSegOrder_ = false>
@@ -49,7 +49,7 @@ struct BwdConfig {
   static constexpr int kLogits = kLogits_;
   static constexpr bool kSegOrder = kSegOrder_;
   static_assert(kLogits == 0 || (kMasks && kLogits > 0 && kLogits <= 7));
-  static_assert(!kSegOrder || (kMasks && kLogits == 0));
+  static_assert(!kSegOrder || kMasks);
   static constexpr int kBlockM = BwdTile<kHeadDim>::kM;
   static constexpr int kBlockN = 128;
   static constexpr int kStages = 2;  // Q / dO / LSE / D ring

@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_ws_kernel(const __grid_c
     const int warp = tid / 32;
     if constexpr (Cfg::kWide) {
       if (warp == 0) bwd_produce_wide<Cfg>(kp, ss, w, tid % 32);
-      if (warp == 1 && kp.dq_order != nullptr) bwd_order_wide_dq<Cfg>(kp, ss, w, tid % 32);
+      if (warp == 1 && kp.dq_order != nullptr) bwd_order_wide_dq<Cfg>(kp, ss, w, tid % 32, seg_order);
     } else {
       if (warp == 0) bwd_produce<Cfg>(kp, ss, w, tid % 32);
       if (warp == 1 || warp == 2) bwd_write_dq<Cfg>(kp, ss, w, tid % 32, warp - 1, seg_order);

@@ -168,27 +168,64 @@ cudaError_t run_bwd_sm90_masks_seg_order_hdim(const BwdParams& params, BwdLaunch
   return sm90::launch_bwd_ws<Cfg>(params, flags, 0, stream);
 }
 
+}  // namespace jax_flash::cuda
+
+namespace jax_flash::cuda::sm90 {
+
+// The kernel configuration of logit-transform set L (fwd::kLogit* bits).
+template <int kHeadDim, class T, bool kSegOrder>
+struct BwdLogitsCfg {
+  template <int L>
+  using type = BwdConfig<kHeadDim, T, true, L, kSegOrder>;
+};
+
+// Launches the transform set `params` asks for on Cfg<set>: kDropoutSets,
+// the three with dropout and a transform, else the other four (soft-cap,
+// ALiBi, both, dropout alone); NotSupported for the rest.
+template <template <int> class Cfg, bool kDropoutSets>
+cudaError_t launch_bwd_logits_set(const BwdParams& params, BwdLaunchFlags flags, int rotate, cudaStream_t stream) {
+  constexpr int kCap = fwd::kLogitSoftcap, kAlibi = fwd::kLogitAlibi, kDrop = fwd::kLogitDropout;
+  const int kind = bwd90::logits_kind(params);
+  if constexpr (kDropoutSets) {
+    switch (kind) {
+      case kCap | kDrop:
+        return launch_bwd_ws<Cfg<kCap | kDrop>>(params, flags, rotate, stream);
+      case kAlibi | kDrop:
+        return launch_bwd_ws<Cfg<kAlibi | kDrop>>(params, flags, rotate, stream);
+      case kCap | kAlibi | kDrop:
+        return launch_bwd_ws<Cfg<kCap | kAlibi | kDrop>>(params, flags, rotate, stream);
+      default:
+        return cudaErrorNotSupported;
+    }
+  } else {
+    switch (kind) {
+      case kCap:
+        return launch_bwd_ws<Cfg<kCap>>(params, flags, rotate, stream);
+      case kAlibi:
+        return launch_bwd_ws<Cfg<kAlibi>>(params, flags, rotate, stream);
+      case kCap | kAlibi:
+        return launch_bwd_ws<Cfg<kCap | kAlibi>>(params, flags, rotate, stream);
+      case kDrop:
+        return launch_bwd_ws<Cfg<kDrop>>(params, flags, rotate, stream);
+      default:
+        return cudaErrorNotSupported;
+    }
+  }
+}
+
+}  // namespace jax_flash::cuda::sm90
+
+namespace jax_flash::cuda {
+
 // Soft-cap and / or ALiBi without dropout, or dropout alone, with or
 // without the masks-only variants, atomic mode and deterministic without
-// segment ids, vector-aligned inputs (else
-// NotSupported: the SM80 kernels): the warp-specialised kernel's kLogits
-// instantiations (sm90/bwd_logits.cuh), one a transform set.
+// segment ids, vector-aligned inputs (else NotSupported: the SM80 kernels):
+// the warp-specialised kernel's kLogits instantiations (sm90/bwd_logits.cuh),
+// one a transform set.
 template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_sm90_logits_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream) {
-  constexpr int kCap = fwd::kLogitSoftcap, kAlibi = fwd::kLogitAlibi, kDrop = fwd::kLogitDropout;
-  using T = bwd::ElementOf<kDType>;
-  switch (bwd90::logits_kind(params)) {
-    case kCap:
-      return sm90::launch_bwd_ws<sm90::BwdConfig<kHeadDim, T, true, kCap>>(params, flags, 0, stream);
-    case kAlibi:
-      return sm90::launch_bwd_ws<sm90::BwdConfig<kHeadDim, T, true, kAlibi>>(params, flags, 0, stream);
-    case kCap | kAlibi:
-      return sm90::launch_bwd_ws<sm90::BwdConfig<kHeadDim, T, true, kCap | kAlibi>>(params, flags, 0, stream);
-    case kDrop:
-      return sm90::launch_bwd_ws<sm90::BwdConfig<kHeadDim, T, true, kDrop>>(params, flags, 0, stream);
-    default:
-      return cudaErrorNotSupported;
-  }
+  using Cfg = sm90::BwdLogitsCfg<kHeadDim, bwd::ElementOf<kDType>, false>;
+  return sm90::launch_bwd_logits_set<Cfg::template type, false>(params, flags, 0, stream);
 }
 
 // Dropout with soft-cap and / or ALiBi: the same kernel's three kLogits
@@ -196,21 +233,24 @@ cudaError_t run_bwd_sm90_logits_hdim(const BwdParams& params, BwdLaunchFlags fla
 // bwd_sm90_logits_dropout_*.cu, so that they build beside the others).
 template <DType kDType, int kHeadDim>
 cudaError_t run_bwd_sm90_logits_dropout_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream) {
-  constexpr int kCap = fwd::kLogitSoftcap, kAlibi = fwd::kLogitAlibi, kDrop = fwd::kLogitDropout;
-  using T = bwd::ElementOf<kDType>;
-  switch (bwd90::logits_kind(params)) {
-    case kCap | kDrop:
-      return sm90::launch_bwd_ws<sm90::BwdConfig<kHeadDim, T, true, kCap | kDrop>>(params, flags, 0, stream);
-    case kAlibi | kDrop:
-      return sm90::launch_bwd_ws<sm90::BwdConfig<kHeadDim, T, true, kAlibi | kDrop>>(params, flags, 0, stream);
-    case kCap | kAlibi | kDrop:
-      return sm90::launch_bwd_ws<sm90::BwdConfig<kHeadDim, T, true, kCap | kAlibi | kDrop>>(params, flags, 0, stream);
-    default:
-      return cudaErrorNotSupported;
-  }
+  using Cfg = sm90::BwdLogitsCfg<kHeadDim, bwd::ElementOf<kDType>, false>;
+  return sm90::launch_bwd_logits_set<Cfg::template type, true>(params, flags, 0, stream);
+}
+
+// Deterministic mode with segment ids and a transform set: the kSegOrder
+// logits instantiations (own units, instantiations/
+// bwd_sm90_logits{,_dropout}_seg_order_*.cu; kDropoutSets as above).
+template <DType kDType, int kHeadDim, bool kDropoutSets>
+cudaError_t run_bwd_sm90_logits_seg_order_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream) {
+  using Cfg = sm90::BwdLogitsCfg<kHeadDim, bwd::ElementOf<kDType>, true>;
+  return sm90::launch_bwd_logits_set<Cfg::template type, kDropoutSets>(params, flags, 0, stream);
 }
 
 }  // namespace jax_flash::cuda
+
+#define JAX_FLASH_INSTANTIATE_BWD_SM90_LOGITS_SEG_ORDER(DTYPE, HDIM, SETS)                                     \
+  template cudaError_t jax_flash::cuda::run_bwd_sm90_logits_seg_order_hdim<jax_flash::DType::DTYPE, HDIM, SETS>( \
+      const jax_flash::BwdParams&, jax_flash::cuda::BwdLaunchFlags, cudaStream_t);
 
 #define JAX_FLASH_INSTANTIATE_BWD_SM90_LOGITS_DROPOUT(DTYPE, HDIM)                                      \
   template cudaError_t jax_flash::cuda::run_bwd_sm90_logits_dropout_hdim<jax_flash::DType::DTYPE, HDIM>( \

@@ -42,15 +42,18 @@ namespace jax_flash::cuda::sm90 {
 using namespace cute;
 
 // kMasks: the masks-only variants (bwd_masks.cuh); kLogits (with kMasks):
-// soft-cap / ALiBi / dropout, any set of the fwd::kLogit* bits; atomic mode.
-template <int kHeadDim_, class Element_, bool kMasks_ = false, int kLogits_ = 0>
+// soft-cap / ALiBi / dropout, any set of the fwd::kLogit* bits. kSegOrder
+// (with kMasks): deterministic mode with segment ids, as BwdConfig's (the
+// order keeper takes the skipped steps' turns: bwd_wide_order.cuh).
+template <int kHeadDim_, class Element_, bool kMasks_ = false, int kLogits_ = 0, bool kSegOrder_ = false>
 struct BwdWideConfig {
   using Element = Element_;
   static constexpr bool kWide = true;
   static constexpr bool kMasks = kMasks_;
   static constexpr int kLogits = kLogits_;
   static_assert(kLogits == 0 || (kMasks && kLogits > 0 && kLogits <= 7));
-  static constexpr bool kSegOrder = false;
+  static constexpr bool kSegOrder = kSegOrder_;
+  static_assert(!kSegOrder || kMasks);
   static constexpr int kHeadDim = kHeadDim_;
   static_assert(kHeadDim % 128 == 0);
   static constexpr int kBlockM = 64;  // query rows a step

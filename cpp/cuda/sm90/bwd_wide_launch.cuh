@@ -37,48 +37,58 @@ cudaError_t run_bwd_sm90_wide_masks_hdim(const BwdParams& params, BwdLaunchFlags
   return sm90::launch_bwd_ws<Cfg>(params, flags, params.deterministic ? 0 : 1, stream);
 }
 
+// Deterministic mode with segment ids, masks only: the kSegOrder
+// instantiation (own units: instantiations/bwd_sm90_masks_seg_order_hdim256_*.cu).
+template <DType kDType, int kHeadDim>
+cudaError_t run_bwd_sm90_wide_masks_seg_order_hdim(const BwdParams& params, BwdLaunchFlags flags,
+                                                   cudaStream_t stream) {
+  using Cfg = sm90::BwdWideConfig<kHeadDim, bwd::ElementOf<kDType>, true, 0, true>;
+  return sm90::launch_bwd_ws<Cfg>(params, flags, 0, stream);
+}
+
+// The wide kernel's configuration of logit-transform set L.
+namespace sm90 {
+template <int kHeadDim, class T, bool kSegOrder>
+struct BwdWideLogitsCfg {
+  template <int L>
+  using type = BwdWideConfig<kHeadDim, T, true, L, kSegOrder>;
+};
+}  // namespace sm90
+
 // Soft-cap / ALiBi / dropout in any set (with or without the masks-only
 // variants) on the same kernel, in the modes the masks kernel runs (above).
 // kDropoutSets: the three sets with dropout and a transform (own units),
 // else the other four.
 template <DType kDType, int kHeadDim, bool kDropoutSets>
 cudaError_t run_bwd_sm90_wide_logits_hdim(const BwdParams& params, BwdLaunchFlags flags, cudaStream_t stream) {
-  const int rotate = params.deterministic ? 0 : 1;
-  constexpr int kCap = fwd::kLogitSoftcap, kAlibi = fwd::kLogitAlibi, kDrop = fwd::kLogitDropout;
-  using T = bwd::ElementOf<kDType>;
-  auto run = [&](auto cfg) { return sm90::launch_bwd_ws<decltype(cfg)>(params, flags, rotate, stream); };
-  const int kind = bwd90::logits_kind(params);
-  if constexpr (kDropoutSets) {
-    switch (kind) {
-      case kCap | kDrop:
-        return run(sm90::BwdWideConfig<kHeadDim, T, true, kCap | kDrop>{});
-      case kAlibi | kDrop:
-        return run(sm90::BwdWideConfig<kHeadDim, T, true, kAlibi | kDrop>{});
-      case kCap | kAlibi | kDrop:
-        return run(sm90::BwdWideConfig<kHeadDim, T, true, kCap | kAlibi | kDrop>{});
-      default:
-        return cudaErrorNotSupported;
-    }
-  } else {
-    switch (kind) {
-      case kCap:
-        return run(sm90::BwdWideConfig<kHeadDim, T, true, kCap>{});
-      case kAlibi:
-        return run(sm90::BwdWideConfig<kHeadDim, T, true, kAlibi>{});
-      case kCap | kAlibi:
-        return run(sm90::BwdWideConfig<kHeadDim, T, true, kCap | kAlibi>{});
-      case kDrop:
-        return run(sm90::BwdWideConfig<kHeadDim, T, true, kDrop>{});
-      default:
-        return cudaErrorNotSupported;
-    }
-  }
+  using Cfg = sm90::BwdWideLogitsCfg<kHeadDim, bwd::ElementOf<kDType>, false>;
+  return sm90::launch_bwd_logits_set<Cfg::template type, kDropoutSets>(params, flags, params.deterministic ? 0 : 1,
+                                                                       stream);
+}
+
+// Deterministic mode with segment ids and a transform set: the kSegOrder
+// instantiations (own units: instantiations/
+// bwd_sm90_logits{,_dropout}_seg_order_hdim256_*.cu).
+template <DType kDType, int kHeadDim, bool kDropoutSets>
+cudaError_t run_bwd_sm90_wide_logits_seg_order_hdim(const BwdParams& params, BwdLaunchFlags flags,
+                                                    cudaStream_t stream) {
+  using Cfg = sm90::BwdWideLogitsCfg<kHeadDim, bwd::ElementOf<kDType>, true>;
+  return sm90::launch_bwd_logits_set<Cfg::template type, kDropoutSets>(params, flags, 0, stream);
 }
 
 }  // namespace jax_flash::cuda
 
 #define JAX_FLASH_INSTANTIATE_BWD_SM90_WIDE_LOGITS(DTYPE, HDIM, SETS)                                          \
   template cudaError_t jax_flash::cuda::run_bwd_sm90_wide_logits_hdim<jax_flash::DType::DTYPE, HDIM, SETS>(    \
+      const jax_flash::BwdParams&, jax_flash::cuda::BwdLaunchFlags, cudaStream_t);
+
+#define JAX_FLASH_INSTANTIATE_BWD_SM90_WIDE_LOGITS_SEG_ORDER(DTYPE, HDIM, SETS)                                \
+  template cudaError_t jax_flash::cuda::run_bwd_sm90_wide_logits_seg_order_hdim<jax_flash::DType::DTYPE, HDIM, \
+                                                                               SETS>(                          \
+      const jax_flash::BwdParams&, jax_flash::cuda::BwdLaunchFlags, cudaStream_t);
+
+#define JAX_FLASH_INSTANTIATE_BWD_SM90_WIDE_MASKS_SEG_ORDER(DTYPE, HDIM)                                   \
+  template cudaError_t jax_flash::cuda::run_bwd_sm90_wide_masks_seg_order_hdim<jax_flash::DType::DTYPE, HDIM>( \
       const jax_flash::BwdParams&, jax_flash::cuda::BwdLaunchFlags, cudaStream_t);
 
 #define JAX_FLASH_INSTANTIATE_BWD_SM90_WIDE_MASKS(DTYPE, HDIM)                                        \

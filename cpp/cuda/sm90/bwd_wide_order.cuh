@@ -7,17 +7,19 @@
 // them. (Done by the consumers themselves, each warp's spin on the counter
 // and the wait for its adds to land before the release measured 5-12%
 // slower than the two-kernel order it replaces; here neither is on them.)
-// (kMasks, without segment ids: launch_bwd_ws) The CTA walks its band's
-// query tiles and ranks by masks_dq_rank, as the d64 / d128 writers do.
-// Without segment ids no step of the band is skipped (bwd_step_flags), so
-// every step takes its turn.
+// (kMasks) The CTA walks its band's query tiles and ranks by masks_dq_rank,
+// as the d64 / d128 writers do. Without segment ids no step of the band is
+// skipped (bwd_step_flags); with them (kSegOrder) a skipped step takes its
+// turn, adding nothing, or with sorted ids (masks_dq_rank_sorted) none
+// (`seg`: SegOrder, bwd_masks_setup).
 #pragma once
 
 #include <climits>
 #include <cstdint>
 
 #include "cuda/sm90/bulk_ops.cuh"  // wait_count, add_release
-#include "cuda/sm90/bwd_masks_tile.cuh"  // masks_dq_rank
+#include "cuda/sm90/bwd_masks.cuh"       // bwd_step_flags, kStepSkip
+#include "cuda/sm90/bwd_masks_tile.cuh"  // masks_dq_rank(_sorted)
 #include "cuda/sm90/bwd_params.cuh"
 #include "cuda/sm90/bwd_wide_config.cuh"
 #include "cuda/sm90/pipeline.cuh"  // named_sync, named_arrive
@@ -27,7 +29,7 @@ namespace jax_flash::cuda::sm90 {
 template <class Cfg, class Work>
 __device__ __forceinline__ void bwd_order_wide_dq(const BwdKernelParams<Cfg>& kp,
                                                   [[maybe_unused]] const typename Cfg::SharedStorage& ss,
-                                                  const Work& w, int lane) {
+                                                  const Work& w, int lane, [[maybe_unused]] int seg) {
   constexpr int M = Cfg::kBlockM;
   // (kMasks) masks_dq_rank's walk: the highest key tile that visits the
   // last ranked query tile, and that tile.
@@ -35,10 +37,25 @@ __device__ __forceinline__ void bwd_order_wide_dq(const BwdKernelParams<Cfg>& kp
   auto at = w.cursor();
   for (int step = 0; step < w.steps; ++step, at.advance()) {
     const int m = at.m_block();
+    // (kSegOrder) A step the ids skip: the consumers skip it too; with
+    // sorted ids it takes no turn, else its turn adds nothing.
+    [[maybe_unused]] bool skip = false;
+    if constexpr (Cfg::kSegOrder) {
+      skip = (bwd_step_flags<M>(kp.p, w.batch, m * M, ss.ms) & kStepSkip) != 0;
+      if (skip && seg != kSegBandTurns) continue;
+    }
     int* counter = kp.dq_counter(w.batch, at.head, m);
     if (lane == 0) {
       int rank;
-      if constexpr (Cfg::kMasks) {
+      if constexpr (Cfg::kSegOrder) {
+        if (m < run_m) run_last = w.n_block;
+        run_m = m;
+        const Variant v = ss.ms.variant(kp.p, w.batch);
+        rank = seg == kSegVisitors
+                   ? bwd90::masks_dq_rank_sorted<M, Cfg::kBlockN>(v, kp.p, w.batch, w.n_block, w.n_blocks, m,
+                                                                  run_last)
+                   : bwd90::masks_dq_rank<M, Cfg::kBlockN>(v, w.n_block, w.n_blocks, m, run_last);
+      } else if constexpr (Cfg::kMasks) {
         if (m < run_m) run_last = w.n_block;  // the next q head: the walk restarts
         run_m = m;
         rank = bwd90::masks_dq_rank<M, Cfg::kBlockN>(ss.ms.variant(kp.p, w.batch), w.n_block, w.n_blocks, m,
@@ -49,10 +66,12 @@ __device__ __forceinline__ void bwd_order_wide_dq(const BwdKernelParams<Cfg>& kp
       wait_count(counter, rank);
     }
     __syncwarp();
-    named_arrive(kBarWideDqGo, kWideDqBarThreads);
-    // The consumers' adds, ordered before their arrival (bar.arrive
-    // releases, bar.sync acquires), then one release covering them all.
-    named_sync(kBarWideDqDone, kWideDqBarThreads);
+    if (!skip) {
+      named_arrive(kBarWideDqGo, kWideDqBarThreads);
+      // The consumers' adds, ordered before their arrival (bar.arrive
+      // releases, bar.sync acquires), then one release covering them all.
+      named_sync(kBarWideDqDone, kWideDqBarThreads);
+    }
     if (lane == 0) add_release(counter, 1);
   }
 }

@@ -1,0 +1,4 @@
+// Hopper (wgmma) backward in deterministic mode with segment ids: dropout with soft-cap and / or ALiBi (with or without masks), head dim 128, fp16. Built only when the archs include 90a.
+#include "cuda/sm90/bwd_launch.cuh"
+
+JAX_FLASH_INSTANTIATE_BWD_SM90_LOGITS_SEG_ORDER(kFloat16, 128, true)
