@@ -429,9 +429,30 @@ DET_CASES = [
 @pytest.mark.parametrize("case", DET_CASES, ids=[c[0].replace(" ", "+") for c in DET_CASES])
 @pytest.mark.parametrize("deterministic", [False, True])
 def test_cuda_variant_grads_deterministic_mode_matches_atomic(deterministic, case):
+    _check_det_case(case, jnp.bfloat16, deterministic)
+
+
+# fp16 has units of its own (the same templates): one deterministic case per
+# kernel family, segment ids included.
+DET_FP16_CASES = [
+    ("causal window lengths softcap", 1, 600, 650, 4, 2, 64),
+    ("causal segments softcap dropout", 1, 700, 700, 2, 1, 128),
+    ("segruns window lengths", 1, 800, 700, 2, 1, 128),
+    ("causal segments alibi d256", 1, 600, 600, 2, 1, 256),
+    ("segruns lengths d256", 1, 700, 650, 2, 1, 256),
+]
+
+
+@pytest.mark.parametrize("case", DET_FP16_CASES, ids=[c[0].replace(" ", "+") for c in DET_FP16_CASES])
+@pytest.mark.parametrize("dtype", [jnp.float16], ids=["fp16"])  # (a parameter: bf16-only builds skip it)
+def test_cuda_variant_grads_deterministic_fp16(dtype, case):
+    _check_det_case(case, dtype, True)
+
+
+def _check_det_case(case, dtype, deterministic):
     name, b, sq, sk, hq, hkv, d = case
     skip_unless_cuda_head_dim(d, variants=True)
-    q, k, v, do = _on(_GPUS[0], _inputs(9, b, sq, sk, hq, hkv, d, jnp.bfloat16))
+    q, k, v, do = _on(_GPUS[0], _inputs(9, b, sq, sk, hq, hkv, d, dtype))
     opts = _on(_GPUS[0], _make_case(name, b, sq, sk, hq, hkv, d))
     kw = _ref_kwargs(opts, b, sq, sk, hq)
 
@@ -441,7 +462,7 @@ def test_cuda_variant_grads_deterministic_mode_matches_atomic(deterministic, cas
 
     g1 = grads(deterministic)
     g_ref = _ref_grads(q, k, v, do, jnp.float32, **kw)
-    g_naive = _ref_grads(q, k, v, do, jnp.bfloat16, **kw)
+    g_naive = _ref_grads(q, k, v, do, dtype, **kw)
     for g, gr, gn in zip(g1, g_ref, g_naive):
         assert _max_err(g, gr) <= 3 * _max_err(gn, gr) + 1e-4 * max(1.0, float(np.abs(gr).max()))
     if deterministic:
