@@ -169,19 +169,21 @@ def _kernel_head_dim(d: int, variants: bool) -> int:
     return max(padded, min(larger)) if larger else padded
 
 
-# The padded head dims the Hopper (sm_90a) kernels run plain calls at, by the
-# SM80 kernel head dim (cpp/cuda/common/head_dims.h, hopper_pad_head_dim).
+# The padded head dims the Hopper (sm_90a) kernels run calls at, by the SM80
+# kernel head dim (cpp/cuda/common/head_dims.h: hopper_pad_head_dim for plain
+# calls, hopper_pad_variant_head_dim with options).
 _HOPPER_PAD = {32: 64, 96: 128, 160: 256, 192: 256, 224: 256}
+_HOPPER_VARIANT_PAD = {32: 64}
 
 
 def _accum_head_dim(d: int, variants: bool) -> int:
-    """The dQ accumulator's head dim: the kernel's (_kernel_head_dim), or for
-    plain attention in a build with sm_90a the Hopper kernel's where head dim
-    `d` runs zero-padded on it (cpp/cuda/bwd_launch.cu, accum_head_dim)."""
+    """The dQ accumulator's head dim: the kernel's (_kernel_head_dim), or in a
+    build with sm_90a the Hopper kernel's where head dim `d` runs zero-padded
+    on it (cpp/cuda/bwd_launch.cu, accum_head_dim)."""
     kd = _kernel_head_dim(d, variants)
-    pad = None if variants else _HOPPER_PAD.get(kd)
+    pad = (_HOPPER_VARIANT_PAD if variants else _HOPPER_PAD).get(kd)
     archs = (_ffi.cuda_archs() or "").split(";")
-    if pad is not None and "90a" in archs and pad in _ffi.cuda_head_dims(False):
+    if pad is not None and "90a" in archs and pad in _ffi.cuda_head_dims(variants):
         return pad
     return kd
 

@@ -114,13 +114,15 @@ def test_workspace_head_dim_follows_the_kernel_that_runs(monkeypatch, d, variant
     assert partitioning._kernel_head_dim(d, variants) == expected
 
 
-# A sm_90a build runs plain calls at head dims between the Hopper kernels'
-# (64 / 128 / 256) zero-padded on the next one: its accumulator is that wide.
+# A sm_90a build runs calls at head dims between the Hopper kernels' (64 /
+# 128 / 256; with options only 32 has a kernel of its own below them)
+# zero-padded on the next one: its accumulator is that wide.
 @pytest.mark.parametrize(
     "d,variants,archs,expected",
     [(96, False, "80;90a", 128), (96, False, "80", 96), (96, True, "80;90a", 128), (80, False, "90a", 128),
      (40, False, "90a", 64), (20, False, "90a", 64), (192, False, "90a", 256), (160, False, "90a", 256),
-     (192, True, "90a", 256), (128, False, "90a", 128), (256, False, "90a", 256)],
+     (192, True, "90a", 256), (128, False, "90a", 128), (256, False, "90a", 256), (32, True, "90a", 64),
+     (20, True, "80;90a", 64), (32, True, "80", 32)],
 )
 def test_accumulator_head_dim_follows_the_widest_kernel_that_may_run(monkeypatch, d, variants, archs, expected):
     from jax_flash import _ffi, partitioning

@@ -268,6 +268,10 @@ CASES = [
     ("causal window", 2, 150, 170, 4, 2, 96),
     ("softcap lengths", 2, 133, 129, 2, 1, 160),
     ("segments causal dropout", 2, 200, 200, 2, 2, 40),
+    # head dims 32 and below: their own variants kernel (32) on SM80, padded on the Hopper 64 ones there
+    ("causal window lengths", 2, 300, 280, 4, 2, 32),
+    ("softcap alibi dropout segments", 1, 200, 230, 2, 1, 32),
+    ("causal softcap segruns", 1, 500, 500, 2, 1, 24),
     # masks-only options on the wide-head Hopper backward (256; 192 padded)
     ("window lengths", 2, 333, 300, 4, 2, 256),
     ("segruns causal", 1, 900, 900, 2, 1, 256),
@@ -396,6 +400,8 @@ DET_CASES = [
     ("window dropout", 1, 900, 1000, 2, 1, 64),
     ("causal softcap dropout", 2, 600, 650, 4, 2, 128),
     ("alibi dropout lengths", 1, 700, 800, 2, 1, 64),
+    ("causal window softcap d32", 2, 600, 600, 4, 2, 32),
+    ("segments causal dropout d32", 1, 650, 650, 2, 1, 32),
     # the wide-head kernel's order keeper (256; 192 and 224 padded)
     ("causal window lengths batchoff d256", 2, 700, 600, 4, 2, 256),
     ("window offset gqa", 1, 500, 900, 4, 2, 192),

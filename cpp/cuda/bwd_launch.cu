@@ -67,6 +67,17 @@ constexpr int hopper_bwd_head_dim() {
 #endif
 }
 
+// The same for a variants call whose SM80 kernel is D: D itself at 64 / 128
+// / 256, 64 at 32 (hopper_pad_variant_head_dim), or 0.
+template <int D>
+constexpr int hopper_bwd_variant_head_dim() {
+#if defined(JAX_FLASH_BWD_SM90)
+  return D == 64 || D == 128 || D == 256 ? D : hopper_pad_variant_head_dim<D>();
+#else
+  return 0;
+#endif
+}
+
 template <DType kDType>
 cudaError_t dispatch_bwd(const BwdParams& p, BwdLaunchFlags f, cudaStream_t s) {
   if (p.plain_mask())
@@ -85,39 +96,41 @@ cudaError_t dispatch_bwd(const BwdParams& p, BwdLaunchFlags f, cudaStream_t s) {
 #endif
       return run_bwd_hdim<kDType, D>(for_kernel<D>(p), f, s);
     });
-  // The variants. On Hopper (90a builds, padded d64 / d128 / d256, aligned)
-  // the wgmma kernels take them all: the masks-only ones and soft-cap /
-  // ALiBi / dropout in any set, deterministic mode with segment ids on the
-  // kSegOrder instantiations; else (or NotSupported) the SM80 ones.
+  // The variants. On Hopper (90a builds, head dims padded to 64 / 128 / 256,
+  // d32 too: hopper_bwd_variant_head_dim; aligned) the wgmma kernels take
+  // them all: the masks-only ones and soft-cap / ALiBi / dropout in any set,
+  // deterministic mode with segment ids on the kSegOrder instantiations;
+  // else (or NotSupported) the SM80 ones.
   const bool masks = variant_masks_only(p);
   const bool seg_order = p.deterministic && p.segment_ids();
   const bool drop_sets = variant_dropout_with_transform(p);
   return dispatch_head_dim<true>(p.head_dim, [&](auto d) {
     constexpr int D = decltype(d)::value;
 #if defined(JAX_FLASH_BWD_SM90)
-    if constexpr (D == 64 || D == 128) {
+    constexpr int H = hopper_bwd_variant_head_dim<D>();
+    if constexpr (H == 64 || H == 128) {
       cudaError_t err;
       if (masks)
-        err = seg_order ? run_bwd_sm90_masks_seg_order_hdim<kDType, D>(p, f, s)
-                        : run_bwd_sm90_masks_hdim<kDType, D>(p, f, s);
+        err = seg_order ? run_bwd_sm90_masks_seg_order_hdim<kDType, H>(p, f, s)
+                        : run_bwd_sm90_masks_hdim<kDType, H>(p, f, s);
       else if (seg_order)
-        err = drop_sets ? run_bwd_sm90_logits_seg_order_hdim<kDType, D, true>(p, f, s)
-                        : run_bwd_sm90_logits_seg_order_hdim<kDType, D, false>(p, f, s);
+        err = drop_sets ? run_bwd_sm90_logits_seg_order_hdim<kDType, H, true>(p, f, s)
+                        : run_bwd_sm90_logits_seg_order_hdim<kDType, H, false>(p, f, s);
       else  // (soft-cap / ALiBi without dropout, or dropout alone; else NotSupported)
-        err = drop_sets ? run_bwd_sm90_logits_dropout_hdim<kDType, D>(p, f, s)
-                        : run_bwd_sm90_logits_hdim<kDType, D>(p, f, s);
+        err = drop_sets ? run_bwd_sm90_logits_dropout_hdim<kDType, H>(p, f, s)
+                        : run_bwd_sm90_logits_hdim<kDType, H>(p, f, s);
       if (err != cudaErrorNotSupported) return err;
-    } else if constexpr (D == 256) {
+    } else if constexpr (H == 256) {
       cudaError_t err;
       if (masks)
-        err = seg_order ? run_bwd_sm90_wide_masks_seg_order_hdim<kDType, D>(p, f, s)
-                        : run_bwd_sm90_wide_masks_hdim<kDType, D>(p, f, s);
+        err = seg_order ? run_bwd_sm90_wide_masks_seg_order_hdim<kDType, H>(p, f, s)
+                        : run_bwd_sm90_wide_masks_hdim<kDType, H>(p, f, s);
       else if (seg_order)
-        err = drop_sets ? run_bwd_sm90_wide_logits_seg_order_hdim<kDType, D, true>(p, f, s)
-                        : run_bwd_sm90_wide_logits_seg_order_hdim<kDType, D, false>(p, f, s);
+        err = drop_sets ? run_bwd_sm90_wide_logits_seg_order_hdim<kDType, H, true>(p, f, s)
+                        : run_bwd_sm90_wide_logits_seg_order_hdim<kDType, H, false>(p, f, s);
       else
-        err = drop_sets ? run_bwd_sm90_wide_logits_hdim<kDType, D, true>(p, f, s)
-                        : run_bwd_sm90_wide_logits_hdim<kDType, D, false>(p, f, s);
+        err = drop_sets ? run_bwd_sm90_wide_logits_hdim<kDType, H, true>(p, f, s)
+                        : run_bwd_sm90_wide_logits_hdim<kDType, H, false>(p, f, s);
       if (err != cudaErrorNotSupported) return err;
     }
 #endif
@@ -133,15 +146,20 @@ int kernel_head_dim(const BwdParams& p) {
 }
 
 // The dQ accumulator's head dim: the widest kernel that may run, i.e. the
-// Hopper one where a plain call's head dim runs padded on it.
+// Hopper one where the call's head dim runs padded on it.
 int accum_head_dim(const BwdParams& p) {
   const int d = kernel_head_dim(p);
-  if (!p.plain_mask()) return d;
   int h = 0;
-  dispatch_head_dim(p.head_dim, [&](auto k) {
-    h = hopper_bwd_head_dim<decltype(k)::value>();
-    return cudaSuccess;
-  });
+  if (p.plain_mask())
+    dispatch_head_dim(p.head_dim, [&](auto k) {
+      h = hopper_bwd_head_dim<decltype(k)::value>();
+      return cudaSuccess;
+    });
+  else
+    dispatch_head_dim<true>(p.head_dim, [&](auto k) {
+      h = hopper_bwd_variant_head_dim<decltype(k)::value>();
+      return cudaSuccess;
+    });
   return h > d ? h : d;
 }
 

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "cuda/common/variants.cuh"  // variant_masks_only, variant_dropout_with_transform
 #include "params.h"
 
 namespace jax_flash::cuda {
@@ -48,5 +49,15 @@ cudaError_t run_fwd_sm90_logits_hdim(const FwdParams& params, cudaStream_t strea
 // first by run_fwd_var_hdim for such calls with vector copies).
 template <DType kDType, int kHeadDim>
 cudaError_t run_fwd_sm90_logits_dropout_hdim(const FwdParams& params, cudaStream_t stream);
+
+// The Hopper variants kernel for a call with vector copies and options: the
+// masks kernel for the masks-only ones, else the logits kernels (dropout
+// with a transform: its own units); cudaErrorNotSupported where none runs.
+template <DType kDType, int kHeadDim>
+inline cudaError_t run_fwd_sm90_variants_hdim(const FwdParams& params, cudaStream_t stream) {
+  if (variant_masks_only(params)) return run_fwd_sm90_masks_hdim<kDType, kHeadDim>(params, stream);
+  return variant_dropout_with_transform(params) ? run_fwd_sm90_logits_dropout_hdim<kDType, kHeadDim>(params, stream)
+                                                : run_fwd_sm90_logits_hdim<kDType, kHeadDim>(params, stream);
+}
 
 }  // namespace jax_flash::cuda

@@ -38,7 +38,19 @@ cudaError_t dispatch_hdim(const FwdParams& p, bool variants, bool vec, cudaStrea
   // Variants, and the element-wise copy path (head_dim % 8 != 0, unaligned
   // rows): the variants kernels, whose vector flag is a run-time value.
   return dispatch_head_dim<true>(p.head_dim, [&](auto d) {
-    return run_fwd_var_hdim<kDType, decltype(d)::value>(p, vec, stream);
+    constexpr int D = decltype(d)::value;
+#if defined(JAX_FLASH_FWD_SM90)
+    // Options at head dim 32 run zero-padded on the Hopper 64 kernels
+    // (hopper_pad_variant_head_dim), as plain d32 does.
+    constexpr int H = hopper_pad_variant_head_dim<D>();
+    if constexpr (H != 0) {
+      if (vec && !p.plain_mask()) {
+        const cudaError_t err = run_fwd_sm90_variants_hdim<kDType, H>(p, stream);
+        if (err != cudaErrorNotSupported) return err;
+      }
+    }
+#endif
+    return run_fwd_var_hdim<kDType, D>(p, vec, stream);
   });
 }
 

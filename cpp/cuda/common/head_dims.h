@@ -113,6 +113,18 @@ constexpr int hopper_pad_head_dim() {
   }
 }
 
+// The same for the variants kernels: head dim 32, which has variants
+// kernels of its own in default builds, runs zero-padded on the Hopper 64
+// variants kernels (when built); returns 64 there, else 0.
+template <int D>
+constexpr int hopper_pad_variant_head_dim() {
+  if constexpr (D == 32) {
+    return variant_head_dim_compiled<64>() ? 64 : 0;
+  } else {
+    return 0;
+  }
+}
+
 // Smallest compiled head dim >= head_dim (the kernel zero-pads the rest), or 0.
 inline int round_head_dim(int head_dim) {
   int best = 0;

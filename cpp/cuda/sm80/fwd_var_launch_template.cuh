@@ -14,38 +14,26 @@ template <DType kDType, int kHeadDim>
 cudaError_t run_fwd_varm_hdim(const FwdParams& params, cudaStream_t stream);
 
 // The generic variants kernel (same tiles; its own build unit per head dim
-// and dtype, instantiations/fwd_var_hdim*_*.cu). Masks-only variants with
-// vector copies go to the Hopper masks kernel in 90a builds on cc 9.0, else
-// to the SM80 masks-only kernel; soft-cap / ALiBi without dropout, with
-// vector copies, to the Hopper logits kernel there, else to the generic one.
+// and dtype, instantiations/fwd_var_hdim*_*.cu). Options with vector copies
+// go to the Hopper variants kernels in 90a builds on cc 9.0
+// (run_fwd_sm90_variants_hdim); else masks-only ones to the SM80 masks-only
+// kernel, the rest to the generic one.
 template <DType kDType, int kHeadDim>
 cudaError_t run_fwd_var_hdim(const FwdParams& params, bool vec_ok, cudaStream_t stream) {
   using Traits = fwd::DefaultTraits<kHeadDim, kDType>;
-  if (vec_ok && !params.plain_mask() && variant_masks_only(params)) {
 #if defined(JAX_FLASH_FWD_SM90)
-    // Built with sm_90a (fwd_sm90_masks_*.cu units): the Hopper kernel on
-    // cc 9.0 devices; cudaErrorNotSupported elsewhere (SM80 kernel then).
-    if constexpr (kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256) {
-      const cudaError_t err = run_fwd_sm90_masks_hdim<kDType, kHeadDim>(params, stream);
-      if (err != cudaErrorNotSupported) return err;
-    }
-#endif
-    return run_fwd_varm_hdim<kDType, kHeadDim>(params, stream);
-  }
-#if defined(JAX_FLASH_FWD_SM90)
-  // Soft-cap / ALiBi / dropout in any set (with or without masks): the
-  // Hopper logits kernels (fwd_sm90_logits_*.cu units; dropout with a
-  // transform: fwd_sm90_logits_dropout_*.cu) on cc 9.0 devices;
-  // cudaErrorNotSupported otherwise, then the generic kernel.
+  // Built with sm_90a: the Hopper variants kernels (fwd_sm90_{masks,logits,
+  // logits_dropout}_*.cu units) on cc 9.0 devices; cudaErrorNotSupported
+  // elsewhere (the SM80 kernels below then).
   if constexpr (kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256) {
-    if (vec_ok && !variant_masks_only(params)) {
-      const cudaError_t err = variant_dropout_with_transform(params)
-                                  ? run_fwd_sm90_logits_dropout_hdim<kDType, kHeadDim>(params, stream)
-                                  : run_fwd_sm90_logits_hdim<kDType, kHeadDim>(params, stream);
+    if (vec_ok && !params.plain_mask()) {
+      const cudaError_t err = run_fwd_sm90_variants_hdim<kDType, kHeadDim>(params, stream);
       if (err != cudaErrorNotSupported) return err;
     }
   }
 #endif
+  if (vec_ok && !params.plain_mask() && variant_masks_only(params))
+    return run_fwd_varm_hdim<kDType, kHeadDim>(params, stream);
   return fwd::launch_fwd<Traits, true, kVarGeneral>(params, stream, vec_ok);  // vec_ok read at run time
 }
 
