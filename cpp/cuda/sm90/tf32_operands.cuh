@@ -116,19 +116,40 @@ __global__ void __launch_bounds__(kPrepThreads) tf32_prep_kernel(const Tf32PrepA
   const int64_t bh = int64_t(b) * a.heads + h;
   const int chunks = hd / 4;
   const Tf32Operand* ops[2] = {&a.x, &a.y};
+  // Every load of the tile is issued before any store (a thread's chunks
+  // sit kPrepThreads apart): one load in flight a thread had held the
+  // passes to ~75% of DRAM bandwidth.
+  constexpr int kIters = (kPrepKeys * kMaxDim / 4 + kPrepThreads - 1) / kPrepThreads;
+  float4 in[2][kIters], ov[kIters];
 #pragma unroll
-  for (int o = 0; o < 2; ++o) {
-    const Tf32Operand& op = *ops[o];
-    if (op.src == nullptr) continue;
-    const float* src = op.src + b * op.batch_stride + h * op.head_stride;
-    for (int i = threadIdx.x; i < kPrepKeys * chunks; i += kPrepThreads) {
-      const int r = i / chunks, c = (i % chunks) * 4, row = row0 + r;
-      float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int it = 0; it < kIters; ++it) {
+    const int i = threadIdx.x + it * kPrepThreads, r = i / chunks, c = (i % chunks) * 4, row = row0 + r;
+    const bool live = i < kPrepKeys * chunks && row < a.rows;
+#pragma unroll
+    for (int o = 0; o < 2; ++o) {
+      const Tf32Operand& op = *ops[o];
+      in[o][it] = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (live && op.src != nullptr)
+        in[o][it] = __ldg(reinterpret_cast<const float4*>(op.src + b * op.batch_stride + h * op.head_stride +
+                                                          row * op.row_stride + c));
+    }
+    ov[it] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (live && a.dsum != nullptr && a.y.src != nullptr)
+      ov[it] = __ldg(reinterpret_cast<const float4*>(a.o + b * a.o_batch_stride + h * a.o_head_stride +
+                                                     row * a.o_row_stride + c));
+  }
+#pragma unroll
+  for (int it = 0; it < kIters; ++it) {
+    const int i = threadIdx.x + it * kPrepThreads, r = i / chunks, c = (i % chunks) * 4, row = row0 + r;
+    if (i >= kPrepKeys * chunks) continue;
+#pragma unroll
+    for (int o = 0; o < 2; ++o) {
+      const Tf32Operand& op = *ops[o];
+      if (op.src == nullptr) continue;
+      float4 x = in[o][it];
       if (row < a.rows) {
-        x = *reinterpret_cast<const float4*>(src + row * op.row_stride + c);
         if (o == 1 && a.dsum != nullptr) {
-          const float4 y = *reinterpret_cast<const float4*>(a.o + b * a.o_batch_stride + h * a.o_head_stride +
-                                                            row * a.o_row_stride + c);
+          const float4 y = ov[it];
           dot_part[r][c / 4] = x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w;
         }
         x = make_float4(round_tf32(x.x), round_tf32(x.y), round_tf32(x.z), round_tf32(x.w));
