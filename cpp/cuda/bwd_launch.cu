@@ -56,23 +56,17 @@ BwdParams for_kernel(const BwdParams& p) {
   return q;
 }
 
-// The Hopper kernel head dim that serves a plain call whose SM80 kernel is
-// D: D itself at 64 / 128 / 256, the padded one (hopper_pad_head_dim), or 0.
-template <int D>
+// The Hopper kernel head dim that serves a call whose SM80 kernel is D: D
+// itself at 64 / 128 / 256, else the one it runs zero-padded on
+// (hopper_pad_head_dim; with options hopper_pad_variant_head_dim), or 0.
+template <int D, bool kVariants = false>
 constexpr int hopper_bwd_head_dim() {
 #if defined(JAX_FLASH_BWD_SM90)
-  return D == 64 || D == 128 || D == 256 ? D : hopper_pad_head_dim<D>();
-#else
-  return 0;
-#endif
-}
-
-// The same for a variants call whose SM80 kernel is D: D itself at 64 / 128
-// / 256, 64 at 32 (hopper_pad_variant_head_dim), or 0.
-template <int D>
-constexpr int hopper_bwd_variant_head_dim() {
-#if defined(JAX_FLASH_BWD_SM90)
-  return D == 64 || D == 128 || D == 256 ? D : hopper_pad_variant_head_dim<D>();
+  if constexpr (D == 64 || D == 128 || D == 256) {
+    return D;
+  } else {
+    return kVariants ? hopper_pad_variant_head_dim<D>() : hopper_pad_head_dim<D>();
+  }
 #else
   return 0;
 #endif
@@ -97,7 +91,7 @@ cudaError_t dispatch_bwd(const BwdParams& p, BwdLaunchFlags f, cudaStream_t s) {
       return run_bwd_hdim<kDType, D>(for_kernel<D>(p), f, s);
     });
   // The variants. On Hopper (90a builds, head dims padded to 64 / 128 / 256,
-  // d32 too: hopper_bwd_variant_head_dim; aligned) the wgmma kernels take
+  // d32 too: hopper_bwd_head_dim; aligned) the wgmma kernels take
   // them all: the masks-only ones and soft-cap / ALiBi / dropout in any set,
   // deterministic mode with segment ids on the kSegOrder instantiations;
   // else (or NotSupported) the SM80 ones.
@@ -107,7 +101,7 @@ cudaError_t dispatch_bwd(const BwdParams& p, BwdLaunchFlags f, cudaStream_t s) {
   return dispatch_head_dim<true>(p.head_dim, [&](auto d) {
     constexpr int D = decltype(d)::value;
 #if defined(JAX_FLASH_BWD_SM90)
-    constexpr int H = hopper_bwd_variant_head_dim<D>();
+    constexpr int H = hopper_bwd_head_dim<D, true>();
     if constexpr (H == 64 || H == 128) {
       cudaError_t err;
       if (masks)
@@ -157,7 +151,7 @@ int accum_head_dim(const BwdParams& p) {
     });
   else
     dispatch_head_dim<true>(p.head_dim, [&](auto k) {
-      h = hopper_bwd_variant_head_dim<decltype(k)::value>();
+      h = hopper_bwd_head_dim<decltype(k)::value, true>();
       return cudaSuccess;
     });
   return h > d ? h : d;
