@@ -107,8 +107,8 @@ cudaError_t run_bwd_sm90_wide_logits_seg_order_hdim(const BwdParams& params, Bwd
 // tiles (below) and kHeadDim is the widest kernel's that may run (a plain
 // head dim of 96 runs padded on the Hopper kernel of 128: 128). The
 // accumulator is there in atomic mode, and in deterministic mode where the
-// Hopper kernel may run it (padded head dims 64, 128 and 256; with segment
-// ids at 256 the SM80 pair runs, whose need is a subset), which orders its dQ
+// Hopper kernel may run it (padded head dims 64, 128 and 256, every
+// option set), which orders its dQ
 // reduces with B*Hq*ceil(Sq/64) int counters. Those live at the start of dq's
 // own buffer, which nothing reads or writes until the convert kernel
 // overwrites all of it after the backward: so the scratch is the same as in

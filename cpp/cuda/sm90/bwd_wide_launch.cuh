@@ -28,7 +28,7 @@ cudaError_t run_bwd_sm90_wide_hdim(const BwdParams& params, BwdLaunchFlags flags
 
 // The masks-only variants (window, lengths, query offsets, segment ids) on
 // the same kernel (BwdWideConfig's kMasks), atomic mode, and deterministic
-// without segment ids (launch_bwd_ws; with them the SM80 pair), where the
+// without segment ids (launch_bwd_ws; with them the kSegOrder units, below), where the
 // order keeper ranks as the d64 / d128 writers do (masks_dq_rank: highest
 // key tile first, so no rotation). Atomic mode staggers as plain does.
 template <DType kDType, int kHeadDim>
