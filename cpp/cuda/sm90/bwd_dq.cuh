@@ -66,7 +66,7 @@ __device__ __forceinline__ void dq_from_staged(Acc& acc, const float* staged, in
 // staged, the others after (their instruction streams stay as measured).
 template <class Cfg, class Work>
 __device__ __forceinline__ void bwd_write_dq(const BwdKernelParams<Cfg>& kp, typename Cfg::SharedStorage& ss,
-                                             const Work& w, int lane, int parity, [[maybe_unused]] int seg) {
+                                             const Work& w, int lane, int parity, int seg) {
   constexpr int M = Cfg::kBlockM, D = Cfg::kHeadDim;
   const int bar_full = bwd_dq_full(parity), bar_empty = bwd_dq_empty(parity);
   // (kMasks, deterministic) masks_dq_rank's walk: the highest key tile that
@@ -84,14 +84,8 @@ __device__ __forceinline__ void bwd_write_dq(const BwdKernelParams<Cfg>& kp, typ
       // The rank is found while the consumers still make the tile: the
       // sorted walk reads the ids' ranges from global memory, a latency the
       // chain of adds would otherwise pay at every link.
-      if (lane == 0 && kp.dq_order != nullptr && !(skip && seg != kSegBandTurns)) {
-        if (m < run_m) run_last = w.n_block;  // the next q head: the walk restarts
-        run_m = m;
-        const Variant v = ss.ms.variant(kp.p, w.batch);
-        turn = seg == kSegVisitors
-                   ? bwd90::masks_dq_rank_sorted<M, Cfg::kBlockN>(v, kp.p, w.batch, w.n_block, w.n_blocks, m, run_last)
-                   : bwd90::masks_dq_rank<M, Cfg::kBlockN>(v, w.n_block, w.n_blocks, m, run_last);
-      }
+      if (lane == 0 && kp.dq_order != nullptr && !(skip && seg != kSegBandTurns))
+        turn = dq_order_rank<Cfg>(kp.p, ss.ms, w, m, seg, run_last, run_m);
     }
     named_sync(bar_full, kDqBarThreads);
     if (skip) {
@@ -107,15 +101,10 @@ __device__ __forceinline__ void bwd_write_dq(const BwdKernelParams<Cfg>& kp, typ
       bool first = false;
       if (counter != nullptr) {
         int rank;
-        if constexpr (Cfg::kSegOrder) {
+        if constexpr (Cfg::kSegOrder)
           rank = turn;  // (found above)
-        } else if constexpr (Cfg::kMasks) {
-          if (m < run_m) run_last = w.n_block;  // the next q head: the walk restarts
-          run_m = m;
-          rank = bwd90::masks_dq_rank<M, Cfg::kBlockN>(ss.ms.variant(kp.p, w.batch), w.n_block, w.n_blocks, m,
-                                                       run_last);
-        } else
-          rank = w.dq_rank(kp.p, m);
+        else
+          rank = dq_order_rank<Cfg>(kp.p, ss.ms, w, m, seg, run_last, run_m);
         first = !Cfg::kMasks && rank == 0;
         wait_count(counter, rank);
         fence_async_global();  // the counter read before the add

@@ -105,6 +105,31 @@ __device__ __forceinline__ int bwd_masks_setup(const BwdParams& p, int b, int fi
   return 0;
 }
 
+// Deterministic mode: the rank of this CTA's dQ add into query tile m (how
+// many CTAs add into it first), for the d64 / d128 dQ writers and the wide
+// kernel's order keeper alike. Masks kernels walk the band's run up
+// (bwd90::masks_dq_rank; run_last / run_m hold the walk, which restarts at
+// each q head); the kSegOrder ones with sorted ids count the visitors alone
+// (bwd90::masks_dq_rank_sorted; `seg`: SegOrder); plain ones BwdWork::dq_rank.
+template <class Cfg, class Work, class MaskSmem>
+__device__ __forceinline__ int dq_order_rank(const BwdParams& p, const MaskSmem& ms, const Work& w, int m,
+                                             [[maybe_unused]] int seg, [[maybe_unused]] int& run_last,
+                                             [[maybe_unused]] int& run_m) {
+  if constexpr (Cfg::kMasks) {
+    constexpr int M = Cfg::kBlockM, N = Cfg::kBlockN;
+    if (m < run_m) run_last = w.n_block;  // the next q head: the walk restarts
+    run_m = m;
+    const Variant v = ms.variant(p, w.batch);
+    if constexpr (Cfg::kSegOrder)
+      return seg == kSegVisitors ? bwd90::masks_dq_rank_sorted<M, N>(v, p, w.batch, w.n_block, w.n_blocks, m, run_last)
+                                 : bwd90::masks_dq_rank<M, N>(v, w.n_block, w.n_blocks, m, run_last);
+    else
+      return bwd90::masks_dq_rank<M, N>(v, w.n_block, w.n_blocks, m, run_last);
+  } else {
+    return w.dq_rank(p, m);
+  }
+}
+
 // The producer: step flags of query tile m0 (all lanes compute the same),
 // bwd90::tile_flags in the precomputed 32-bit form.
 template <int M, class MaskSmem>

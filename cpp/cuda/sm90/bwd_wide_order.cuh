@@ -18,8 +18,7 @@
 #include <cstdint>
 
 #include "cuda/sm90/bulk_ops.cuh"  // wait_count, add_release
-#include "cuda/sm90/bwd_masks.cuh"       // bwd_step_flags, kStepSkip
-#include "cuda/sm90/bwd_masks_tile.cuh"  // masks_dq_rank(_sorted)
+#include "cuda/sm90/bwd_masks.cuh"  // bwd_step_flags, kStepSkip, dq_order_rank
 #include "cuda/sm90/bwd_params.cuh"
 #include "cuda/sm90/bwd_wide_config.cuh"
 #include "cuda/sm90/pipeline.cuh"  // named_sync, named_arrive
@@ -28,12 +27,12 @@ namespace jax_flash::cuda::sm90 {
 
 template <class Cfg, class Work>
 __device__ __forceinline__ void bwd_order_wide_dq(const BwdKernelParams<Cfg>& kp,
-                                                  [[maybe_unused]] const typename Cfg::SharedStorage& ss,
-                                                  const Work& w, int lane, [[maybe_unused]] int seg) {
+                                                  const typename Cfg::SharedStorage& ss,
+                                                  const Work& w, int lane, int seg) {
   constexpr int M = Cfg::kBlockM;
   // (kMasks) masks_dq_rank's walk: the highest key tile that visits the
   // last ranked query tile, and that tile.
-  [[maybe_unused]] int run_last = w.n_block, run_m = INT_MAX;
+  int run_last = w.n_block, run_m = INT_MAX;
   auto at = w.cursor();
   for (int step = 0; step < w.steps; ++step, at.advance()) {
     const int m = at.m_block();
@@ -45,26 +44,7 @@ __device__ __forceinline__ void bwd_order_wide_dq(const BwdKernelParams<Cfg>& kp
       if (skip && seg != kSegBandTurns) continue;
     }
     int* counter = kp.dq_counter(w.batch, at.head, m);
-    if (lane == 0) {
-      int rank;
-      if constexpr (Cfg::kSegOrder) {
-        if (m < run_m) run_last = w.n_block;
-        run_m = m;
-        const Variant v = ss.ms.variant(kp.p, w.batch);
-        rank = seg == kSegVisitors
-                   ? bwd90::masks_dq_rank_sorted<M, Cfg::kBlockN>(v, kp.p, w.batch, w.n_block, w.n_blocks, m,
-                                                                  run_last)
-                   : bwd90::masks_dq_rank<M, Cfg::kBlockN>(v, w.n_block, w.n_blocks, m, run_last);
-      } else if constexpr (Cfg::kMasks) {
-        if (m < run_m) run_last = w.n_block;  // the next q head: the walk restarts
-        run_m = m;
-        rank = bwd90::masks_dq_rank<M, Cfg::kBlockN>(ss.ms.variant(kp.p, w.batch), w.n_block, w.n_blocks, m,
-                                                     run_last);
-      } else {
-        rank = w.dq_rank(kp.p, m);
-      }
-      wait_count(counter, rank);
-    }
+    if (lane == 0) wait_count(counter, dq_order_rank<Cfg>(kp.p, ss.ms, w, m, seg, run_last, run_m));
     __syncwarp();
     if (!skip) {
       named_arrive(kBarWideDqGo, kWideDqBarThreads);
