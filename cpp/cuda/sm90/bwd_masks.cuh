@@ -13,7 +13,8 @@
 // The band's key tiles that meet a query tile form a run, so deterministic
 // mode ranks a dQ add by a walk up it (bwd90::masks_dq_rank); with segment
 // ids only the kSegOrder kernel, which keeps the band's tiles and counts the
-// skipped steps too (the launcher's rule).
+// skipped steps too (the launcher's rule), unless the ids are sorted: then
+// it walks the tiles it visits alone (bwd90::visiting_query_tiles).
 #pragma once
 
 #include <climits>
@@ -99,7 +100,10 @@ __device__ __forceinline__ int bwd_masks_setup(const BwdParams& p, int b, int fi
                                           bwd90::ranges_sorted<kThreads>(p.kv_segment_ranges, p.seqlen_k, b, tid))
                                     : 0;
     if (!__syncthreads_and(ok)) return kSegBandTurns;  // (also the barrier below)
-    return bwd90::ranges_one_id(p, b) ? kSegOneId : kSegVisitors;
+    if (bwd90::ranges_one_id(p, b)) return kSegOneId;
+    // (the ms.scan reads above are behind the barrier of __syncthreads_and)
+    if (m_end > m_begin) bwd90::visiting_query_tiles<M, kThreads>(p, b, k_rng, tid, ms, m_begin, m_end);
+    return kSegVisitors;
   }
   __syncthreads();
   return 0;

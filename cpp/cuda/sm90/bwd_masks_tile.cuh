@@ -79,6 +79,48 @@ __device__ __forceinline__ void narrow_query_tiles(const Variant& var, const Bwd
   }
 }
 
+// Deterministic mode, sorted ids (SegOrder kSegVisitors): the query tiles
+// of the band [m_begin, m_end) that key tile k_rng visits, i.e. whose id
+// range (Variant::seg_range over the tile's rows, as the producer's skip
+// test and masks_dq_rank_sorted take it) meets the key tile's. Sorted, the
+// tiles' lowest and highest ids never drop as the tile grows, so these form
+// a run, and the CTA walks it alone: a skipped step takes no turn there, so
+// walking the rest of the band only cost the skips (packed documents).
+// Every thread of the CTA calls this (two barriers; ms.scan reused).
+template <int M, int kThreads, class MaskSmem>
+__device__ __forceinline__ void visiting_query_tiles(const BwdParams& p, int b, const Variant::SegRange& k_rng,
+                                                     int tid, MaskSmem& ms, int& m_begin, int& m_end) {
+  constexpr int kB = Variant::kSegBlock;
+  const int32_t* rng = p.q_segment_ranges + int64_t(b) * ((p.seqlen_q + kB - 1) / kB) * 2;
+  int lo = INT_MAX, hi = -1;
+  for (int t = m_begin + tid; t < m_end; t += kThreads) {
+    Variant::SegRange q;
+    Variant::seg_range(rng, t * M, M, p.seqlen_q, q.mn, q.mx);
+    if (!Variant::disjoint(q, k_rng)) {
+      lo = min(lo, t);
+      hi = max(hi, t);
+    }
+  }
+  if (tid == 0) {
+    ms.scan[0] = INT_MAX;
+    ms.scan[1] = -1;
+  }
+  __syncthreads();
+  if (hi >= 0) {
+    atomicMin(&ms.scan[0], lo);
+    atomicMax(&ms.scan[1], hi);
+  }
+  __syncthreads();
+  lo = ms.scan[0];
+  hi = ms.scan[1];
+  if (hi < 0) {
+    m_end = m_begin;
+  } else {
+    m_begin = lo;
+    m_end = hi + 1;
+  }
+}
+
 // The masks-only variants' element masks on one keys x queries tile:
 // zero(r, c) for each element (row-col indices of the accumulator) that the
 // band / lengths (a tile-relative TileMask taking (query, key)) or, where
