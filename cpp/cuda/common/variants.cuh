@@ -177,6 +177,11 @@ struct Variant {
   }
 
   // ---- segments ----
+  // Batch b's rows of an id block-range array ([batch, ceil(seqlen /
+  // kSegBlock), 2]: each block's min, max).
+  __device__ __forceinline__ static const int32_t* batch_ranges(const int32_t* ranges, int seqlen, int b) {
+    return ranges + int64_t(b) * ((seqlen + kSegBlock - 1) / kSegBlock) * 2;
+  }
   // Inclusive id range of positions [x0, x0 + n) from per-16-block ranges.
   __device__ __forceinline__ static void seg_range(const int32_t* rng, int x0, int n, int extent,
                                                    int& mn, int& mx) {
@@ -195,18 +200,14 @@ struct Variant {
   __device__ __forceinline__ SegRange q_range(int r0, int n) const {
     SegRange s;
     if (seg_ranges() && r0 < p.seqlen_q) {
-      const int32_t* rng =
-          p.q_segment_ranges + int64_t(batch) * ((p.seqlen_q + kSegBlock - 1) / kSegBlock) * 2;
-      seg_range(rng, r0, n, p.seqlen_q, s.mn, s.mx);
+      seg_range(batch_ranges(p.q_segment_ranges, p.seqlen_q, batch), r0, n, p.seqlen_q, s.mn, s.mx);
     }
     return s;
   }
   __device__ __forceinline__ SegRange k_range(int c0, int n) const {
     SegRange s;
     if (seg_ranges() && c0 < p.seqlen_k) {
-      const int32_t* rng =
-          p.kv_segment_ranges + int64_t(batch) * ((p.seqlen_k + kSegBlock - 1) / kSegBlock) * 2;
-      seg_range(rng, c0, n, p.seqlen_k, s.mn, s.mx);
+      seg_range(batch_ranges(p.kv_segment_ranges, p.seqlen_k, batch), c0, n, p.seqlen_k, s.mn, s.mx);
     }
     return s;
   }

@@ -142,9 +142,7 @@ __device__ __forceinline__ int bwd_step_flags(const BwdParams& p, int b, int m0,
   if (p.q_segment_ids != nullptr && p.kv_segment_ids != nullptr && !ms.one_id) {
     Variant::SegRange qr;  // unknown (no ranges): meets everything
     if (p.q_segment_ranges != nullptr && p.kv_segment_ranges != nullptr) {
-      constexpr int kB = Variant::kSegBlock;
-      const int32_t* rng = p.q_segment_ranges + int64_t(b) * ((p.seqlen_q + kB - 1) / kB) * 2;
-      Variant::seg_range(rng, m0, M, p.seqlen_q, qr.mn, qr.mx);
+      Variant::seg_range(Variant::batch_ranges(p.q_segment_ranges, p.seqlen_q, b), m0, M, p.seqlen_q, qr.mn, qr.mx);
     }
     const Variant::SegRange kr = ms.k_rng();
     if (Variant::disjoint(qr, kr)) return kStepSkip;

@@ -90,8 +90,7 @@ __device__ __forceinline__ void narrow_query_tiles(const Variant& var, const Bwd
 template <int M, int kThreads, class MaskSmem>
 __device__ __forceinline__ void visiting_query_tiles(const BwdParams& p, int b, const Variant::SegRange& k_rng,
                                                      int tid, MaskSmem& ms, int& m_begin, int& m_end) {
-  constexpr int kB = Variant::kSegBlock;
-  const int32_t* rng = p.q_segment_ranges + int64_t(b) * ((p.seqlen_q + kB - 1) / kB) * 2;
+  const int32_t* rng = Variant::batch_ranges(p.q_segment_ranges, p.seqlen_q, b);
   int lo = INT_MAX, hi = -1;
   for (int t = m_begin + tid; t < m_end; t += kThreads) {
     Variant::SegRange q;
@@ -212,8 +211,7 @@ template <int M, int N>
 __device__ __forceinline__ int masks_dq_rank_sorted(const Variant& v, const BwdParams& p, int b, int nb,
                                                     int n_blocks, int mt, int& last) {
   Variant::SegRange qr;
-  const int32_t* rng = p.q_segment_ranges + int64_t(b) * ((p.seqlen_q + Variant::kSegBlock - 1) / Variant::kSegBlock) * 2;
-  Variant::seg_range(rng, mt * M, M, p.seqlen_q, qr.mn, qr.mx);
+  Variant::seg_range(Variant::batch_ranges(p.q_segment_ranges, p.seqlen_q, b), mt * M, M, p.seqlen_q, qr.mn, qr.mx);
   while (last + 1 < n_blocks) {
     int a = 0, z = 0;
     v.template query_tiles<M>((last + 1) * N, (last + 1) * N + N - 1, a, z);
