@@ -3,7 +3,7 @@
 # benchmark, keeping logs and JSON under $OUT (the device machine keeps nothing).
 #   bash benchmarks/gpu_session.sh [build] [test] [sanitize] [bench] [bench-grid] [bench-quick] [bench-float32]
 #     [smoke] [test-decode] [sanitize-decode] [bench-decode] [bench-generate] [ncu-decode] [order]
-#     [ncu-packed] [ncu-packed-bwd] [ncu-options] [pack]
+#     [ncu-packed] [ncu-packed-bwd] [ncu-options] [ncu-grid] [pack]
 # sanitize runs every tests/cuda/sanitize*.sh (sanitize_sm90.sh: the warp-specialised forward and backward).
 # JAX_FLASH_CUDA_ARCHS=90a builds for the H100 alone (half the compile time).
 # Needs the nvidia-cutlass wheel in .whl/ (carried; see README "Building for GPU").
@@ -112,6 +112,14 @@ for stage in $stages; do
       ncu --import "$OUT/options.ncu-rep" --page details --csv >"$OUT/options_details.csv" 2>&1
       ncu --import "$OUT/options.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip >"$OUT/options_source.csv.gz"
       rm -f "$OUT/options.ncu-rep"
+      ;;
+    ncu-grid)  # jax_flash's and cuDNN's fwd+bwd kernels at one grid point (NCU_GRID: prof_grid.py's arguments)
+      XLA_FLAGS=--xla_gpu_autotune_level=0 timeout ${NCU_TIMEOUT:-300} ncu --clock-control none --section SpeedOfLight \
+        --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats \
+        -f -o "$OUT/grid" python3 -P benchmarks/prof_grid.py ${NCU_GRID:-} >"$OUT/ncu_grid.log" 2>&1
+      echo "ncu-grid rc=$?" | tee -a "$OUT/summary.txt"
+      ncu --import "$OUT/grid.ncu-rep" --page details --csv >"$OUT/grid_details.csv" 2>&1
+      rm -f "$OUT/grid.ncu-rep"
       ;;
     test-decode)  # the KV-cache / split-KV decode tests (GPU and CPU)
       XLA_FLAGS=--xla_gpu_autotune_level=0 timeout ${TEST_TIMEOUT:-240} python3 -P -m pytest -q -rfE \

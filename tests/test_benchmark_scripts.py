@@ -22,7 +22,7 @@ def _run(script, *args, cwd):
 
 @pytest.mark.parametrize("script", ["bench_attention.py", "bench_variants.py", "bench_ring.py",
                                     "bench_decode.py", "bench_generate.py",
-                                    "prof_packed.py", "prof_options.py", "schedule_model.py"])
+                                    "prof_packed.py", "prof_options.py", "prof_grid.py", "schedule_model.py"])
 def test_benchmark_script_starts_under_python_dash_p(script, tmp_path):
     out = _run(script, "--help", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -65,6 +65,15 @@ def test_prof_options_runs_every_option_on_cpu(tmp_path):
                cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     assert [l.split()[1] for l in out.stdout.splitlines() if l.startswith("ran ")] == names
+
+
+def test_prof_grid_runs_the_point_per_implementation_on_cpu(tmp_path):
+    out = _run("prof_grid.py", "--head-dim", "32", "--seqlen", "128", "--tokens", "256", "--hidden", "64",
+               "--dtype", "float32", "--causal", "--impls", "jax_flash", "jax_flash_det", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    ran = [l.split()[1:] for l in out.stdout.splitlines() if l.startswith("ran ")]
+    assert ran == [["jax_flash", "d=32", "s=128", "b=2", "h=2", "causal=True"],
+                   ["jax_flash_det", "d=32", "s=128", "b=2", "h=2", "causal=True"]], ran
 
 
 def test_plot_results_charts_the_chosen_implementations(tmp_path):
