@@ -50,13 +50,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_ws_kernel(const __grid_c
 #pragma unroll
     for (int s = 0; s < Cfg::kStages; ++s) {
       barrier_init(ss.full[s], 32);  // the producer warp's lanes
-      barrier_init(ss.empty[s], Cfg::kConsumerThreads);
+      barrier_init(ss.empty[s], Cfg::kConsumerThreads + (Cfg::kWide ? 1 : 0));  // (kWide: + the dQ writer)
     }
     if constexpr (Cfg::kWide) {
 #pragma unroll
       for (int s = 0; s < Cfg::kDoStages; ++s) {
         barrier_init(ss.do_full[s], 1);
-        barrier_init(ss.do_empty[s], Cfg::kConsumerThreads);
+        barrier_init(ss.do_empty[s], Cfg::kConsumerThreads + 1);
       }
     }
     cutlass::arch::fence_barrier_init();

@@ -128,9 +128,10 @@ struct BwdWideConfig {
     alignas(16) float dsum[kStages][kBlockM];
     // kv_full: K and V landed (once). full[s]: stage s's Q landed and the
     // producer warp stored its LSE and D; empty[s]: the stage is free again
-    // (warpgroup 0 arrives after P^T; a dQ writer, for warpgroup 1, once its
-    // bulk reduce has read the dQ part staged there). do_full / do_empty:
-    // the dO ring (warpgroup 1 after dP^T, the writer for warpgroup 0).
+    // (every consumer thread: warpgroup 0 after P^T, 1 after dK; and a dQ
+    // writer once its bulk reduce has read the dQ part staged there).
+    // do_full / do_empty: the dO ring (warpgroup 1 after dP^T, 0 after dV;
+    // the writer likewise).
     alignas(8) uint64_t kv_full;
     uint64_t full[kStages], empty[kStages];
     uint64_t do_full[kDoStages], do_empty[kDoStages];

@@ -3,8 +3,9 @@
 // step's two dQ parts in its dO and Q stages (bwd_wide_mainloop.cuh; both
 // rings advance every step, so the step's stages are those of its parity);
 // the writer adds them to the float32 accumulator with one bulk reduce each
-// and, once the copies have read them, hands the stages back to the
-// producer on the consumers' behalf (128 arrivals on each empty barrier).
+// and, once the copies have read them, arrives on the stages' empty
+// barriers (which count it beside the consumer threads; a step the ids skip
+// stages nothing, and consumer thread 0 arrives in its place).
 // Deterministic mode: the add waits until every CTA ranked before this one
 // (dq_order_rank) has counted its own and is counted once complete, as the
 // d64 / d128 writers do (bwd_dq.cuh); without masks the rank-0 CTA stores
@@ -68,8 +69,8 @@ __device__ __forceinline__ void bwd_write_wide_dq(const BwdKernelParams<Cfg>& kp
         }
         bulk_commit();
         bulk_wait_read();
-        barrier_arrive(ss.do_empty[parity], 128u);  // for warpgroup 0 (dV)
-        barrier_arrive(ss.empty[parity], 128u);     // for warpgroup 1 (dK)
+        barrier_arrive(ss.do_empty[parity]);  // the staged parts read: the stages are free
+        barrier_arrive(ss.empty[parity]);
       }
       __syncwarp();
     }

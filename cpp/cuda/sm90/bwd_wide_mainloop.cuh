@@ -212,10 +212,10 @@ struct BwdWideMainloop {
       int flags = 0;
       if constexpr (Cfg::kMasks) {
         flags = __shfl_sync(0xffffffffu, ss.ms.flags[st], 0);  // warp-uniform branches
-        if (flags & kStepSkip) {  // nothing loaded: release both rings' buffers
-          barrier_arrive(ss.empty[st]);
+        if (flags & kStepSkip) {  // nothing loaded: release both rings' buffers (thread 0 for the writer too)
+          barrier_arrive(ss.empty[st], ct == 0 ? 2u : 1u);
           barrier_wait(ss.do_full[ds], do_ring.phase);
-          barrier_arrive(ss.do_empty[ds]);
+          barrier_arrive(ss.do_empty[ds], ct == 0 ? 2u : 1u);
           ring.advance();
           do_ring.advance();
           continue;
@@ -233,7 +233,7 @@ struct BwdWideMainloop {
         Tensor pc = make_tensor(rPc.data(), fwd::acc_rowcol_layout(rPc.layout()));
         [[maybe_unused]] const auto keep = keep_bits(m0, at.head);  // (under the S^T wgmma)
         make_p(acc_s, st, m0, flags, pc);
-        barrier_arrive(ss.empty[st]);  // Q (S^T) and the LSE: done with this stage (for warpgroup 0)
+        barrier_arrive(ss.empty[st]);  // Q (S^T) and the LSE: done with this stage
         if constexpr (kCap) {
           cute::copy(r2s, r2s_thr.retile_S(rPc), tPsPt(_, _, _, buf));
         } else {
@@ -259,7 +259,7 @@ struct BwdWideMainloop {
         [[maybe_unused]] const auto keep = keep_bits(m0, at.head);  // (under the dP^T wgmma)
         warpgroup_wait<0>();
         warpgroup_fence_operand(acc_s);
-        barrier_arrive(ss.do_empty[ds]);  // dO (dP^T): done with it (for warpgroup 1)
+        barrier_arrive(ss.do_empty[ds]);  // dO (dP^T): this warpgroup is done with it
         // dS^T = P^T (dP^T - D), P^T read back (16-bit) at this thread's own
         // accumulator positions (warpgroup 0's partition).
         Tensor s = make_tensor(acc_s.data(), fwd::acc_rowcol_layout(acc_s.layout()));
@@ -289,13 +289,16 @@ struct BwdWideMainloop {
 
       // dQ: part 0 into the dO stage, part 1 into the Q stage, once dV and
       // dK (the last readers of both) are complete in both warpgroups; the
-      // writer hands the stages back (their empty barriers wait for it).
+      // stages' empty barriers also wait for the writer.
       AccQ acc_dq;
       Tensor tdQrdS_b = tdQrdS(_, _, _, buf);
       fwd::wgmma_issue<true, false>(mma_dq, tdQrdS_b, tdQrKt0, acc_dq);
       warpgroup_wait<0>();  // dV / dK, and dQ part 0
       warpgroup_fence_operand(acc);
       warpgroup_fence_operand(acc_dq);
+      // Done reading the stages (warpgroup 0: dO, 1: Q and D); they stay
+      // held by the writer's arrival until the staged parts are read.
+      barrier_arrive(wg == 0 ? ss.do_empty[ds] : ss.empty[st]);
       named_sync(kBarWideStagesFree, Cfg::kConsumerThreads);
       stage_dq(acc_dq, ss.dout.data() + ds * (M * D));
       fwd::wgmma_issue<true, false>(mma_dq, tdQrdS_b, tdQrKt1, acc_dq);
