@@ -10,9 +10,9 @@
 // - Warpgroups 1 and 2 are the consumers, 64 keys each of the CTA's 128
 //   (bwd_mainloop.cuh); they store dK and dV at the end.
 // Cfg::kWide (BwdWideConfig, head dim 256): the consumers share 64 keys, one
-// keeping dV and the other dK (bwd_wide_mainloop.cuh), and add dQ themselves;
-// warp 0 is the producer (bwd_produce_wide, with its own dO ring) and, in
-// deterministic mode, warp 1 keeps the order of the dQ adds (bwd_wide_order.cuh).
+// keeping dV and the other dK (bwd_wide_mainloop.cuh), and stage dQ in the
+// step's Q and dO stages; warp 0 is the producer (bwd_produce_wide, with its
+// own dO ring), warps 1 and 2 the dQ writers (bwd_wide_dq.cuh).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -26,7 +26,7 @@
 #include "cuda/sm90/bwd_producer.cuh"
 #include "cuda/sm90/bwd_scheduler.cuh"
 #include "cuda/sm90/bwd_wide_mainloop.cuh"
-#include "cuda/sm90/bwd_wide_order.cuh"
+#include "cuda/sm90/bwd_wide_dq.cuh"
 #include "cuda/sm90/pipeline.cuh"
 
 namespace jax_flash::cuda::sm90 {
@@ -50,13 +50,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_ws_kernel(const __grid_c
 #pragma unroll
     for (int s = 0; s < Cfg::kStages; ++s) {
       barrier_init(ss.full[s], 32);  // the producer warp's lanes
-      barrier_init(ss.empty[s], Cfg::kConsumerThreads);
+      barrier_init(ss.empty[s], Cfg::kConsumerThreads + (Cfg::kWide ? 1 : 0));  // (kWide: + the dQ writer)
     }
     if constexpr (Cfg::kWide) {
 #pragma unroll
       for (int s = 0; s < Cfg::kDoStages; ++s) {
         barrier_init(ss.do_full[s], 1);
-        barrier_init(ss.do_empty[s], Cfg::kConsumerThreads);
+        barrier_init(ss.do_empty[s], Cfg::kConsumerThreads + 1);
       }
     }
     cutlass::arch::fence_barrier_init();
@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_ws_kernel(const __grid_c
     const int warp = tid / 32;
     if constexpr (Cfg::kWide) {
       if (warp == 0) bwd_produce_wide<Cfg>(kp, ss, w, tid % 32);
-      if (warp == 1 && kp.dq_order != nullptr) bwd_order_wide_dq<Cfg>(kp, ss, w, tid % 32, seg_order);
+      if (warp == 1 || warp == 2) bwd_write_wide_dq<Cfg>(kp, ss, w, tid % 32, warp - 1, seg_order);
     } else {
       if (warp == 0) bwd_produce<Cfg>(kp, ss, w, tid % 32);
       if (warp == 1 || warp == 2) bwd_write_dq<Cfg>(kp, ss, w, tid % 32, warp - 1, seg_order);

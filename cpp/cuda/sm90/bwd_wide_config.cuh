@@ -44,7 +44,7 @@ using namespace cute;
 // kMasks: the masks-only variants (bwd_masks.cuh); kLogits (with kMasks):
 // soft-cap / ALiBi / dropout, any set of the fwd::kLogit* bits. kSegOrder
 // (with kMasks): deterministic mode with segment ids, as BwdConfig's (the
-// order keeper takes the skipped steps' turns: bwd_wide_order.cuh).
+// dQ writers take the skipped steps' turns: bwd_wide_dq.cuh).
 template <int kHeadDim_, class Element_, bool kMasks_ = false, int kLogits_ = 0, bool kSegOrder_ = false>
 struct BwdWideConfig {
   using Element = Element_;
@@ -114,6 +114,8 @@ struct BwdWideConfig {
   // part at a time, each part in the order the consumer threads hold it.
   static constexpr int kDqFloats = kBlockM * kHeadDim;
   static constexpr int kDqPartFloats = kDqFloats / kDqParts;
+  // A step's dQ parts are staged in its dO and Q stages (bwd_wide_mainloop.cuh).
+  static_assert(kDqPartFloats * sizeof(float) == kQBytes && kStages == kDoStages);
 
   struct SharedStorage {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
@@ -125,9 +127,11 @@ struct BwdWideConfig {
     alignas(16) float lse2[kStages][kBlockM];
     alignas(16) float dsum[kStages][kBlockM];
     // kv_full: K and V landed (once). full[s]: stage s's Q landed and the
-    // producer warp stored its LSE and D; empty[s]: every consumer thread
-    // is done with it (warpgroup 0 after P^T, 1 after dK). do_full /
-    // do_empty: the dO ring (free after dP^T and dV).
+    // producer warp stored its LSE and D; empty[s]: the stage is free again
+    // (every consumer thread: warpgroup 0 after P^T, 1 after dK; and a dQ
+    // writer once its bulk reduce has read the dQ part staged there).
+    // do_full / do_empty: the dO ring (warpgroup 1 after dP^T, 0 after dV;
+    // the writer likewise).
     alignas(8) uint64_t kv_full;
     uint64_t full[kStages], empty[kStages];
     uint64_t do_full[kDoStages], do_empty[kDoStages];
@@ -141,9 +145,12 @@ struct BwdWideConfig {
 // Named barriers of the wide backward (0 is __syncthreads): P^T is in
 // shared memory (warpgroup 0 arrives, 1 waits); dS^T is (both).
 inline constexpr int kBarWideP = 1, kBarWideDs = 2;
-// (deterministic) The dQ order keeper (warp 1) lets the consumers add this
-// step's dQ; they have added it.
-inline constexpr int kBarWideDqGo = 3, kBarWideDqDone = 4;
+// Both consumer warpgroups are done with the step's Q and dO stages (dV and
+// dK complete), so the stages may take its dQ parts.
+inline constexpr int kBarWideStagesFree = 3;
+// A step's dQ is staged, for the writer warp of its parity (warps 1 and 2
+// of warpgroup 0, taking the steps in turn: bwd_wide_dq.cuh).
+__device__ __forceinline__ constexpr int bwd_wide_dq_staged(int step) { return 4 + (step & 1); }
 inline constexpr int kWideDqBarThreads = 256 + 32;
 
 }  // namespace jax_flash::cuda::sm90

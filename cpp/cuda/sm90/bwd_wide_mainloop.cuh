@@ -7,12 +7,14 @@
 //   warpgroup 1: dP^T = V dO^T; (named barrier: wait) P^T from smem;
 //                dS^T = P^T (dP^T - D) -> smem; dK += dS^T Q (RS)
 //   (named barrier: dS^T in smem)
-//   both: dQ part 0 = dS K, then part 1 while part 0 is added to the
-//   float32 accumulator with red.global.add.v4; part 1, added.
-// Deterministic mode (kp.dq_order set): the CTAs add into a dQ tile in a
-// fixed order (BwdWork::dq_rank), kept by warp 1 (bwd_wide_order.cuh): the
-// consumers add when it lets them (the rank-0 CTA stores: no accumulator
-// clear) and tell it when they are done.
+//   both: dQ part 0 = dS K, staged in the step's dO stage once both
+//   warpgroups are done with it; part 1, staged in its Q stage; a writer
+//   warp adds both to the float32 accumulator with bulk reduces (in
+//   deterministic mode in the tiles' fixed order; bwd_wide_dq.cuh) and
+//   hands the stages back to the producer.
+// (Added by the consumers from registers with red.global.add.v4, as this
+// kernel first did, the adds cost d256 fwd+bwd 30% of its time: 427 against
+// 606 TFLOP/s with them left out, H200 4k.)
 // (kMasks, atomic mode) Warpgroup 0 zeroes the hidden elements of P^T
 // (bwd90::masks_t), so dS^T, made from it, is zero there too; a step the
 // ids skip (bwd_masks.cuh) releases both rings and does nothing else.
@@ -27,7 +29,7 @@
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 
-#include "cuda/sm90/bulk_ops.cuh"  // red_add_f32x4
+#include "cuda/sm90/bwd_dq.cuh"  // dq_to_staged
 #include "cuda/sm90/bwd_logits.cuh"  // logits_pass1, with_bias, dropout_bits_t, AlibiTile
 #include "cuda/sm90/bwd_masks.cuh"   // kStepSkip, bwd90::masks_t
 #include "cuda/sm90/bwd_params.cuh"
@@ -120,28 +122,12 @@ struct BwdWideMainloop {
     using AccQ = decltype(partition_fragment_C(mma_dq, Shape<Int<M>, Int<kCols>>{}));
     const int Sq = p.seqlen_q, Sk = p.seqlen_k, n0 = w.n_block * N;
 
-    // One dQ part into the accumulator, in the order the threads hold it
-    // (bwd_dq.cuh: the convert kernel reads it back so): each thread adds
-    // float4s at a stride of 256, so a warp's adds cover 512 contiguous
-    // bytes. (Staging the parts in shared memory for a bulk reduce by a
-    // writer warp, as the d64 / d128 kernel does, measured 1.5-3% slower:
-    // its 128 KB of smem traffic a step competes with the SS wgmmas, and
-    // the staging buffer costs dO its second stage.)
-    auto add_dq = [&](const AccQ& acc_dq, int head, int m0, int part, bool store) {
-      const int64_t row = (int64_t(w.batch) * p.heads_q + head) * kp.rows_pad + m0;
-      float* base = kp.dq_accum + row * D + part * Cfg::kDqPartFloats + 4 * ct;
-      if (store) {
-        CUTE_UNROLL
-        for (int i = 0; i < size(acc_dq); i += 4)
-          *reinterpret_cast<float4*>(base + i * Cfg::kConsumerThreads) =
-              make_float4(acc_dq(i), acc_dq(i + 1), acc_dq(i + 2), acc_dq(i + 3));
-      } else {
-        CUTE_UNROLL
-        for (int i = 0; i < size(acc_dq); i += 4)
-          red_add_f32x4(base + i * Cfg::kConsumerThreads, acc_dq(i), acc_dq(i + 1), acc_dq(i + 2), acc_dq(i + 3));
-      }
+    // A dQ part is staged in the order the threads hold it (bwd_dq.cuh:
+    // conflict-free float4 stores; the accumulator takes the part as one
+    // contiguous run, which the convert kernel reads back so).
+    auto stage_dq = [&](const AccQ& acc_dq, Element* stage) {
+      dq_to_staged<Cfg::kConsumerThreads>(acc_dq, reinterpret_cast<float*>(stage), ct);
     };
-    const bool ordered = kp.dq_order != nullptr;
 
     // Warpgroup 0: P^T in place of the S^T wgmma in flight on a; (kMasks)
     // the step's flags say which masks apply; (kCap) pc <- P^T (1 - t^2).
@@ -226,10 +212,10 @@ struct BwdWideMainloop {
       int flags = 0;
       if constexpr (Cfg::kMasks) {
         flags = __shfl_sync(0xffffffffu, ss.ms.flags[st], 0);  // warp-uniform branches
-        if (flags & kStepSkip) {  // nothing loaded: release both rings' buffers
-          barrier_arrive(ss.empty[st]);
+        if (flags & kStepSkip) {  // nothing loaded: release both rings' buffers (thread 0 for the writer too)
+          barrier_arrive(ss.empty[st], ct == 0 ? 2u : 1u);
           barrier_wait(ss.do_full[ds], do_ring.phase);
-          barrier_arrive(ss.do_empty[ds]);
+          barrier_arrive(ss.do_empty[ds], ct == 0 ? 2u : 1u);
           ring.advance();
           do_ring.advance();
           continue;
@@ -301,28 +287,26 @@ struct BwdWideMainloop {
       // twice before warpgroup 1 has waited on it once.
       named_sync(kBarWideDs, Cfg::kConsumerThreads);
 
-      auto release = [&]() {  // dV / dK done: warpgroup 0 frees dO, 1 the stage (Q^T, D)
-        warpgroup_fence_operand(acc);
-        if (wg == 0)
-          barrier_arrive(ss.do_empty[ds]);
-        else
-          barrier_arrive(ss.empty[st]);
-      };
+      // dQ: part 0 into the dO stage, part 1 into the Q stage, once dV and
+      // dK (the last readers of both) are complete in both warpgroups; the
+      // stages' empty barriers also wait for the writer.
       AccQ acc_dq;
       Tensor tdQrdS_b = tdQrdS(_, _, _, buf);
       fwd::wgmma_issue<true, false>(mma_dq, tdQrdS_b, tdQrKt0, acc_dq);
-      const bool first = !Cfg::kMasks && ordered && w.dq_rank(p, at.m_block()) == 0;  // (kMasks: cleared)
-      warpgroup_wait<1>();  // dV / dK (dQ part 0 in flight)
-      release();
-      if (ordered) named_sync(kBarWideDqGo, kWideDqBarThreads);  // the CTAs ranked before have added
-      warpgroup_wait<0>();
+      warpgroup_wait<0>();  // dV / dK, and dQ part 0
+      warpgroup_fence_operand(acc);
       warpgroup_fence_operand(acc_dq);
-      add_dq(acc_dq, at.head, m0, 0, first);
+      // Done reading the stages (warpgroup 0: dO, 1: Q and D); they stay
+      // held by the writer's arrival until the staged parts are read.
+      barrier_arrive(wg == 0 ? ss.do_empty[ds] : ss.empty[st]);
+      named_sync(kBarWideStagesFree, Cfg::kConsumerThreads);
+      stage_dq(acc_dq, ss.dout.data() + ds * (M * D));
       fwd::wgmma_issue<true, false>(mma_dq, tdQrdS_b, tdQrKt1, acc_dq);
       warpgroup_wait<0>();
       warpgroup_fence_operand(acc_dq);
-      add_dq(acc_dq, at.head, m0, 1, first);
-      if (ordered) named_arrive(kBarWideDqDone, kWideDqBarThreads);
+      stage_dq(acc_dq, ss.q.data() + st * (M * D));
+      cutlass::arch::fence_view_async_shared();  // st.shared -> the bulk reduces
+      named_arrive(bwd_wide_dq_staged(step), kWideDqBarThreads);
       ring.advance();
       do_ring.advance();
     }
