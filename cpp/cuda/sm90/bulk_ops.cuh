@@ -1,5 +1,5 @@
-// Bulk async copies and reductions from shared to global memory (sm90), a
-// 16-byte reduction from registers, and the gpu-scope counters deterministic mode
+// Bulk async copies and reductions from shared to global memory (sm90) and
+// the gpu-scope counters deterministic mode
 // orders the copies with; the Hopper backward kernels add their dQ tiles to
 // the float32 accumulator with these.
 #pragma once
@@ -25,12 +25,6 @@ __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.comm
 // Wait until the committed groups have read shared memory / have completed.
 __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
-
-// global += (a, b, c, d), 16 B aligned; no result.
-__device__ __forceinline__ void red_add_f32x4(float* gmem, float a, float b, float c, float d) {
-  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(gmem), "f"(a), "f"(b), "f"(c), "f"(d)
-               : "memory");
-}
 
 __device__ __forceinline__ int load_acquire(const int* ptr) {
   int v;

@@ -11,18 +11,19 @@
 //   warpgroup 1: dP^T = V dO^T (SS); P^T from smem; dS^T = P^T (dP^T - D)
 //                -> smem;  dK += dS^T Q (RS)
 //   both:        dQ = dS K (SS, after a named barrier), in two 128-column
-//                parts (64 columns a warpgroup), each added to the float32
-//                accumulator from registers (red.global.add.v4)
+//                parts (64 columns a warpgroup), staged in the step's dO
+//                and Q stages for two writer warps' bulk reduces
 // Every wgmma keeps N >= 64: at N = 32 an SS wgmma re-reads the whole
 // 64-row A tile per 32 columns and the step becomes bound by smem
 // bandwidth. (Before, the two warpgroups split dK's and dV's head dim and
 // read P^T / dS^T from smem for SS products: 32 KB more smem reads a step.)
 //
 // Shared memory (16-bit inputs): K, V 32 KB each; Q and dO two stages each
-// (128 KB; dO is freed after dP^T and dV, Q after S^T and dK); P^T and
-// dS^T double-buffered (32 KB: a warpgroup may write the next step's while
-// the other still reads this one): 224 KB and the statistics. No room for a
-// staged dQ tile beside that, hence dQ's adds from registers.
+// (128 KB; a stage is freed once its last wgmma is done and the dQ part
+// staged in it has been read); P^T and dS^T double-buffered (32 KB: a
+// warpgroup may write the next step's while the other still reads this
+// one): 224 KB and the statistics. No room for a dQ buffer of its own,
+// hence the stages: a float32 dQ part (64 x 128) is one 16-bit stage.
 #pragma once
 
 #include <cstdint>
