@@ -136,6 +136,12 @@ struct BwdWideConfig {
     alignas(8) uint64_t kv_full;
     uint64_t full[kStages], empty[kStages];
     uint64_t do_full[kDoStages], do_empty[kDoStages];
+    // Where stage s's step stages its float32 dQ part 0 (the dO stage) and
+    // part 1 (the Q stage), for the consumers and the dQ writers alike.
+    __device__ __forceinline__ float* dq_part(int part, int s) {
+      Element* stage = (part == 0 ? dout.data() : q.data()) + s * (kBlockM * kHeadDim);
+      return reinterpret_cast<float*>(stage);
+    }
     std::conditional_t<kMasks, BwdMaskSmem<kBlockM, kBlockN, kStages>, BwdNoMaskSmem> ms;
     std::conditional_t<kLogits != 0, BwdLogitSmem<kStages>, BwdNoMaskSmem> ls;
   };

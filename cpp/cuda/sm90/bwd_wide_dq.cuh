@@ -34,8 +34,8 @@ __device__ __forceinline__ void bwd_write_wide_dq(const BwdKernelParams<Cfg>& kp
   constexpr int M = Cfg::kBlockM, D = Cfg::kHeadDim;
   constexpr int kPartBytes = Cfg::kDqPartFloats * int(sizeof(float));
   static_assert(Cfg::kStages == 2 && Cfg::kDoStages == 2);  // a step's stages: its parity's
-  const float* part0 = reinterpret_cast<const float*>(ss.dout.data() + parity * (M * D));
-  const float* part1 = reinterpret_cast<const float*>(ss.q.data() + parity * (M * D));
+  const float* part0 = ss.dq_part(0, parity);
+  const float* part1 = ss.dq_part(1, parity);
   // (kMasks, deterministic) masks_dq_rank's walk: the highest key tile that
   // visits the last ranked query tile, and that tile.
   int run_last = w.n_block, run_m = INT_MAX;

@@ -122,13 +122,6 @@ struct BwdWideMainloop {
     using AccQ = decltype(partition_fragment_C(mma_dq, Shape<Int<M>, Int<kCols>>{}));
     const int Sq = p.seqlen_q, Sk = p.seqlen_k, n0 = w.n_block * N;
 
-    // A dQ part is staged in the order the threads hold it (bwd_dq.cuh:
-    // conflict-free float4 stores; the accumulator takes the part as one
-    // contiguous run, which the convert kernel reads back so).
-    auto stage_dq = [&](const AccQ& acc_dq, Element* stage) {
-      dq_to_staged<Cfg::kConsumerThreads>(acc_dq, reinterpret_cast<float*>(stage), ct);
-    };
-
     // Warpgroup 0: P^T in place of the S^T wgmma in flight on a; (kMasks)
     // the step's flags say which masks apply; (kCap) pc <- P^T (1 - t^2).
     auto make_p = [&](AccS& a, int st, int m0, [[maybe_unused]] int flags, [[maybe_unused]] auto& pc) {
@@ -213,9 +206,11 @@ struct BwdWideMainloop {
       if constexpr (Cfg::kMasks) {
         flags = __shfl_sync(0xffffffffu, ss.ms.flags[st], 0);  // warp-uniform branches
         if (flags & kStepSkip) {  // nothing loaded: release both rings' buffers (thread 0 for the writer too)
-          barrier_arrive(ss.empty[st], ct == 0 ? 2u : 1u);
+          barrier_arrive(ss.empty[st]);
+          if (ct == 0) barrier_arrive(ss.empty[st]);
           barrier_wait(ss.do_full[ds], do_ring.phase);
-          barrier_arrive(ss.do_empty[ds], ct == 0 ? 2u : 1u);
+          barrier_arrive(ss.do_empty[ds]);
+          if (ct == 0) barrier_arrive(ss.do_empty[ds]);
           ring.advance();
           do_ring.advance();
           continue;
@@ -300,11 +295,13 @@ struct BwdWideMainloop {
       // held by the writer's arrival until the staged parts are read.
       barrier_arrive(wg == 0 ? ss.do_empty[ds] : ss.empty[st]);
       named_sync(kBarWideStagesFree, Cfg::kConsumerThreads);
-      stage_dq(acc_dq, ss.dout.data() + ds * (M * D));
+      // Staged in the order the threads hold it (bwd_dq.cuh: conflict-free
+      // float4 stores; the accumulator takes the part as one contiguous run).
+      dq_to_staged<Cfg::kConsumerThreads>(acc_dq, ss.dq_part(0, ds), ct);
       fwd::wgmma_issue<true, false>(mma_dq, tdQrdS_b, tdQrKt1, acc_dq);
       warpgroup_wait<0>();
       warpgroup_fence_operand(acc_dq);
-      stage_dq(acc_dq, ss.q.data() + st * (M * D));
+      dq_to_staged<Cfg::kConsumerThreads>(acc_dq, ss.dq_part(1, st), ct);
       cutlass::arch::fence_view_async_shared();  // st.shared -> the bulk reduces
       named_arrive(bwd_wide_dq_staged(step), kWideDqBarThreads);
       ring.advance();

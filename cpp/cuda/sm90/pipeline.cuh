@@ -32,12 +32,6 @@ using cutlass::arch::ClusterTransactionBarrier;
 __device__ __forceinline__ void barrier_init(uint64_t& bar, uint32_t count) { ClusterBarrier::init(&bar, count); }
 __device__ __forceinline__ void barrier_wait(uint64_t& bar, uint32_t phase) { ClusterBarrier::wait(&bar, phase); }
 __device__ __forceinline__ void barrier_arrive(uint64_t& bar) { ClusterBarrier::arrive(&bar); }
-// `count` arrivals at once by the calling thread (one thread standing in
-// for a warpgroup that handed it the buffer).
-__device__ __forceinline__ void barrier_arrive(uint64_t& bar, uint32_t count) {
-  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(&bar));
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0], %1;\n" ::"r"(addr), "r"(count) : "memory");
-}
 // The producer's arrival on a full barrier, announcing the bytes its TMA
 // copies will complete on it.
 __device__ __forceinline__ void barrier_expect_bytes(uint64_t& bar, uint32_t bytes) {
