@@ -43,4 +43,18 @@ __device__ __forceinline__ void wait_count(const int* counter, int target) {
 // Orders the generic-proxy accesses around it with the bulk copies (async proxy).
 __device__ __forceinline__ void fence_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
 
+// Deterministic mode's ordered adds, as the dQ writers take them: wait for
+// the tile's counter to reach this CTA's rank, the read ordered before the
+// bulk copies that follow; then, once every bulk copy issued has landed,
+// count this CTA's add.
+__device__ __forceinline__ void wait_turn(const int* counter, int rank) {
+  wait_count(counter, rank);
+  fence_async_global();
+}
+__device__ __forceinline__ void count_landed(int* counter) {
+  bulk_wait_all();
+  fence_async_global();
+  add_release(counter, 1);
+}
+
 }  // namespace jax_flash::cuda::sm90

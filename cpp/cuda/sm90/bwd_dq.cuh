@@ -67,7 +67,7 @@ __device__ __forceinline__ void dq_from_staged(Acc& acc, const float* staged, in
 template <class Cfg, class Work>
 __device__ __forceinline__ void bwd_write_dq(const BwdKernelParams<Cfg>& kp, typename Cfg::SharedStorage& ss,
                                              const Work& w, int lane, int parity, int seg) {
-  constexpr int M = Cfg::kBlockM, D = Cfg::kHeadDim;
+  constexpr int M = Cfg::kBlockM;
   const int bar_full = bwd_dq_full(parity), bar_empty = bwd_dq_empty(parity);
   // (kMasks, deterministic) masks_dq_rank's walk: the highest key tile that
   // visits the last ranked query tile, and that tile.
@@ -106,26 +106,21 @@ __device__ __forceinline__ void bwd_write_dq(const BwdKernelParams<Cfg>& kp, typ
         else
           rank = dq_order_rank<Cfg>(kp.p, ss.ms, w, m, seg, run_last, run_m);
         first = !Cfg::kMasks && rank == 0;
-        wait_count(counter, rank);
-        fence_async_global();  // the counter read before the add
+        wait_turn(counter, rank);
       }
       if (!skip) {
-        const int64_t row = (int64_t(w.batch) * kp.p.heads_q + h) * kp.rows_pad + int64_t(m) * M;
+        float* dst = kp.dq_tile(w.batch, h, m);
         if (first)
-          bulk_store(kp.dq_accum + row * D, ss.dq.data(), Cfg::kDqFloats * int(sizeof(float)));
+          bulk_store(dst, ss.dq.data(), Cfg::kDqFloats * int(sizeof(float)));
         else
-          bulk_reduce_add_f32(kp.dq_accum + row * D, ss.dq.data(), Cfg::kDqFloats * int(sizeof(float)));
+          bulk_reduce_add_f32(dst, ss.dq.data(), Cfg::kDqFloats * int(sizeof(float)));
         bulk_commit();
         bulk_wait_read();
       }
     }
     __syncwarp();
     if (!skip && step + 1 < w.steps) named_arrive(bar_empty, kDqBarThreads);
-    if (lane == 0 && counter != nullptr) {
-      bulk_wait_all();
-      fence_async_global();  // the add complete before it is counted
-      add_release(counter, 1);
-    }
+    if (lane == 0 && counter != nullptr) count_landed(counter);
   }
   if (lane == 0) bulk_wait_all();
 }

@@ -33,6 +33,10 @@ struct BwdKernelParams {
   int rotate;
   bool pair_ok;       // 4 B stores legal for dk, dv
 
+  // Query tile m_block's rows of the float32 dQ accumulator.
+  __device__ __forceinline__ float* dq_tile(int batch, int head, int m_block) const {
+    return dq_accum + ((int64_t(batch) * p.heads_q + head) * rows_pad + int64_t(m_block) * Cfg::kBlockM) * Cfg::kHeadDim;
+  }
   // (deterministic) The counter of query tile m_block's dQ adds.
   __device__ __forceinline__ int* dq_counter(int batch, int head, int m_block) const {
     return dq_order + (int64_t(batch) * p.heads_q + head) * order_rows + m_block * Cfg::kBlockM / kBwdOrderRows;

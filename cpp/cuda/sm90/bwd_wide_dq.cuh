@@ -31,7 +31,7 @@ namespace jax_flash::cuda::sm90 {
 template <class Cfg, class Work>
 __device__ __forceinline__ void bwd_write_wide_dq(const BwdKernelParams<Cfg>& kp, typename Cfg::SharedStorage& ss,
                                                   const Work& w, int lane, int parity, [[maybe_unused]] int seg) {
-  constexpr int M = Cfg::kBlockM, D = Cfg::kHeadDim;
+  constexpr int M = Cfg::kBlockM;
   constexpr int kPartBytes = Cfg::kDqPartFloats * int(sizeof(float));
   static_assert(Cfg::kStages == 2 && Cfg::kDoStages == 2);  // a step's stages: its parity's
   const float* part0 = ss.dq_part(0, parity);
@@ -53,13 +53,12 @@ __device__ __forceinline__ void bwd_write_wide_dq(const BwdKernelParams<Cfg>& kp
     if (lane == 0 && counter != nullptr) {
       const int rank = dq_order_rank<Cfg>(kp.p, ss.ms, w, m, seg, run_last, run_m);
       first = !Cfg::kMasks && rank == 0;
-      wait_count(counter, rank);
-      fence_async_global();  // the counter read before the add
+      wait_turn(counter, rank);
     }
     if (!skip) {
       named_sync(bwd_wide_dq_staged(step), kWideDqBarThreads);
       if (lane == 0) {
-        float* dst = kp.dq_accum + ((int64_t(w.batch) * kp.p.heads_q + h) * kp.rows_pad + int64_t(m) * M) * D;
+        float* dst = kp.dq_tile(w.batch, h, m);
         if (first) {
           bulk_store(dst, part0, kPartBytes);
           bulk_store(dst + Cfg::kDqPartFloats, part1, kPartBytes);
@@ -74,11 +73,7 @@ __device__ __forceinline__ void bwd_write_wide_dq(const BwdKernelParams<Cfg>& kp
       }
       __syncwarp();
     }
-    if (lane == 0 && counter != nullptr) {
-      bulk_wait_all();
-      fence_async_global();  // the add complete before it is counted
-      add_release(counter, 1);
-    }
+    if (lane == 0 && counter != nullptr) count_landed(counter);
   }
   if (lane == 0) bulk_wait_all();
 }
